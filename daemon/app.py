@@ -1,0 +1,364 @@
+"""The HTTP face: POST /v1, /healthz, /settings, /history, and every plugin's routes."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import logging
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from . import __version__, karma
+from .core import Daemon
+from .errors import LmdError
+from .settings import SettingError
+from .turn import Outcome, run_turn
+
+log = logging.getLogger("lmd.app")
+
+SESSION_NAME = re.compile(r"^[\w.:@+-]{1,128}$")
+LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
+
+
+class TooLarge(LmdError):
+    status = 413
+
+
+def wants_json(request: Request) -> bool:
+    accept = request.headers.get("accept", "")
+    return "application/json" in accept and "text/plain" not in accept.split(",")[0]
+
+
+def wants_stream(request: Request) -> bool:
+    return "text/event-stream" in request.headers.get("accept", "")
+
+
+def error_response(request: Request, e: LmdError) -> Response:
+    """JSON for JSON clients, one plain sentence for everybody else (voice users)."""
+    if wants_json(request) or request.url.path not in ("/v1",):
+        return JSONResponse(e.to_json(), status_code=e.status)
+    return PlainTextResponse(e.message + "\n", status_code=e.status)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refusing (413) anything over `limit` bytes without reading it all."""
+    declared = request.headers.get("content-length")
+    too_large = TooLarge(
+        f"The request is larger than {limit} bytes; send less, or raise max_body_bytes."
+    )
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise too_large
+    parts, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def decode_text(body: bytes) -> str:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LmdError(
+            f"The request is not valid UTF-8 (bad byte at position {e.start}); send UTF-8 text."
+        ) from None
+
+
+async def read_json(request: Request, daemon: Daemon) -> Any:
+    """A JSON body within the size limit, or a 400 saying what is wrong."""
+    body = await read_body(request, daemon.settings()["max_body_bytes"])
+    text = decode_text(body)
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        msg = getattr(e, "msg", "too deeply nested")
+        raise LmdError(f"The request body is not valid JSON ({msg}); send a JSON object.") from None
+
+
+def session_name(request: Request, given: Any = None) -> str:
+    name = given or request.headers.get("x-session") or request.query_params.get("session")
+    name = name or "default"
+    if not isinstance(name, str) or not SESSION_NAME.match(name):
+        raise LmdError(
+            "The session name must be 1 to 128 letters, digits or . _ - : @ +; pick another."
+        )
+    return name
+
+
+def get_daemon(request: Request) -> Daemon:
+    return request.app.state.daemon
+
+
+# -- /v1 ------------------------------------------------------------------------------------
+async def v1(request: Request) -> Response:
+    daemon = get_daemon(request)
+    body = await read_body(request, daemon.settings()["max_body_bytes"])
+    text = decode_text(body)
+    given_session = None
+    if "json" in request.headers.get("content-type", ""):
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, RecursionError):
+            raise LmdError(
+                'The JSON body is malformed; send {"input": "your words"} or plain text.'
+            ) from None
+        if not isinstance(data, dict) or not isinstance(data.get("input"), str):
+            raise LmdError('The JSON body needs an "input" string; send {"input": "your words"}.')
+        text = data["input"]
+        given_session = data.get("session")
+    if not text.strip():
+        raise LmdError("I heard nothing: the utterance is empty; say something.")
+    if "\x00" in text:
+        raise LmdError("The utterance contains a NUL character; send plain text.")
+    name = session_name(request, given_session)
+    cwd = request.headers.get("x-cwd") or request.query_params.get("cwd")
+    if cwd and not Path(cwd).is_absolute():
+        raise LmdError("The working directory must be an absolute path.")
+    return await answer(request, daemon, name, text, cwd=cwd)
+
+
+async def answer(
+    request: Request,
+    daemon: Daemon,
+    name: str,
+    text: str,
+    cwd: str | None = None,
+    mode_override: str | None = None,
+) -> Response:
+    """Run a turn and reply as the client asked: plain text, JSON or server-sent events."""
+    outcome = Outcome(session=name)
+    streaming = wants_stream(request)
+    chunks = run_turn(daemon, name, text, outcome, streaming, cwd, mode_override)
+    if not streaming:
+        reply = "".join([c async for c in chunks])
+        if wants_json(request):
+            return JSONResponse(outcome.to_json())
+        return PlainTextResponse(reply if reply.endswith("\n") else reply + "\n")
+    # Pull the first chunk before answering, so early failures get a real HTTP status.
+    first = await anext(chunks, None)
+    return StreamingResponse(sse(first, chunks, outcome), media_type="text/event-stream")
+
+
+async def sse(first: str | None, rest: AsyncIterator[str], outcome: Outcome) -> AsyncIterator[str]:
+    """Server-sent events: one `data:` event per chunk, then the outcome, then [DONE]."""
+    try:
+        if first is not None:
+            yield _event(first)
+        async for chunk in rest:
+            yield _event(chunk)
+        yield "event: outcome\ndata: " + json.dumps(outcome.to_json()) + "\n\n"
+    except LmdError as e:
+        yield "event: error\ndata: " + json.dumps(e.to_json()) + "\n\n"
+    finally:
+        await rest.aclose()
+    yield "data: [DONE]\n\n"
+
+
+def _event(chunk: str) -> str:
+    # JSON-encode so newlines inside a chunk survive the line-based SSE framing.
+    return "data: " + json.dumps(chunk) + "\n\n"
+
+
+# -- health, settings, history ------------------------------------------------------------
+async def healthz(request: Request) -> Response:
+    daemon = get_daemon(request)
+    return JSONResponse({"ok": True, "version": __version__, "modes": sorted(daemon.modes)})
+
+
+async def settings_list(request: Request) -> Response:
+    return JSONResponse({"settings": get_daemon(request).settings().describe()})
+
+
+async def settings_get(request: Request) -> Response:
+    s = get_daemon(request).settings()
+    return JSONResponse(s.describe([request.path_params["name"]])[0])
+
+
+async def settings_put(request: Request) -> Response:
+    daemon = get_daemon(request)
+    name = request.path_params["name"]
+    spec = daemon.settings().spec(name)
+    raw = decode_text(await read_body(request, daemon.settings()["max_body_bytes"]))
+    if "json" in request.headers.get("content-type", ""):
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError:
+            raise LmdError('The JSON body is malformed; send {"value": ...}.') from None
+        if not isinstance(data, dict) or "value" not in data:
+            raise LmdError('The JSON body needs a "value"; send {"value": ...}.')
+        raw = data["value"]
+    value = spec.parse(raw)
+    daemon.store.set_setting(name, spec.dump(value))
+    return JSONResponse(daemon.settings().describe([name])[0])
+
+
+async def settings_reset(request: Request) -> Response:
+    daemon = get_daemon(request)
+    name = request.path_params["name"]
+    spec = daemon.settings().spec(name)
+    daemon.store.set_setting(name, spec.dump(spec.default))
+    return JSONResponse(daemon.settings().describe([name])[0])
+
+
+def prompt_rows(prompts: list, settings: Any, now: float) -> list[dict]:
+    """Prompts with the karma score each would get now (distance counted within the list)."""
+    p = karma.Params.from_settings(settings)
+    scores = karma.scores(prompts, p, now)
+    return [
+        {
+            "id": q.id,
+            "session": q.session,
+            "role": q.role,
+            "mode": q.mode,
+            "kind": q.kind,
+            "karma": q.karma,
+            "tokens": q.tokens,
+            "score": s,
+            "status": q.status,
+            "created_at": q.created_at,
+            "content": q.content,
+        }
+        for q, s in zip(prompts, scores, strict=True)
+    ]
+
+
+async def history(request: Request) -> Response:
+    import time
+
+    daemon = get_daemon(request)
+    try:
+        limit = int(request.query_params.get("limit", "20"))
+    except ValueError:
+        raise LmdError("limit must be a whole number.") from None
+    name = request.query_params.get("session")
+    prompts = daemon.store.history(name, max(1, min(limit, 10000)))
+    return JSONResponse({"prompts": prompt_rows(prompts, daemon.settings(), time.time())})
+
+
+async def promote(request: Request) -> Response:
+    daemon = get_daemon(request)
+    try:
+        prompt_id = int(request.path_params["id"])
+    except ValueError:
+        raise LmdError("The prompt id must be a whole number.") from None
+    prompt = daemon.store.prompt(prompt_id)
+    if prompt is None:
+        raise LmdError(f"There is no prompt {prompt_id}; `lmd history` lists them.", status=404)
+    settings = daemon.settings()
+    daemon.store.set_karma([prompt_id], "operative", karma.karma_for("operative", settings))
+    return JSONResponse(
+        {"id": prompt_id, "kind": "operative", "karma": settings["contextual_karma"]}
+    )
+
+
+# -- the guard: token, host and origin checks (pure ASGI for speed) -------------------------
+class Guard:
+    """Refuse requests without the bearer token (when one is set) and DNS-rebinding attempts."""
+
+    def __init__(self, app: Any, token: str | None, loopback_only: bool) -> None:
+        self.app = app
+        self.token = token
+        self.loopback_only = loopback_only
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        problem = None
+        if self.loopback_only and not self.token:
+            host = headers.get("host", "")
+            if _host_name(host) not in LOOPBACK_HOSTS:
+                problem = (403, "This daemon answers only requests addressed to localhost.")
+            origin = headers.get("origin")
+            if (
+                origin
+                and origin != "null"
+                and _host_name(_origin_host(origin)) not in LOOPBACK_HOSTS
+            ):
+                problem = (403, "Cross-origin requests from web pages are refused.")
+        if problem is None and self.token and scope["path"] != "/healthz":
+            given = headers.get("authorization", "")
+            expected = "Bearer " + self.token
+            if not hmac.compare_digest(given.encode(), expected.encode()):
+                problem = (401, "A valid token is required: send Authorization: Bearer <token>.")
+        if problem:
+            status, message = problem
+            body = json.dumps({"error": message, "kind": "auth", "status": status}).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
+def _host_name(host: str) -> str:
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[: host.find("]") + 1] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _origin_host(origin: str) -> str:
+    return origin.split("://", 1)[-1].split("/", 1)[0]
+
+
+# -- the app ----------------------------------------------------------------------------------
+async def handle_lmd_error(request: Request, e: Exception) -> Response:
+    return error_response(request, e)  # type: ignore[arg-type]
+
+
+def create_app(
+    home: Path | None = None,
+    token: str | None = None,
+    loopback_only: bool = True,
+    pm: Any = None,
+) -> Any:
+    """Build the ASGI app; the lifespan opens the store and runs plugin startup hooks."""
+    daemon = Daemon(home=home, pm=pm, token=token)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await daemon.call_hook("startup")
+        try:
+            yield
+        finally:
+            await daemon.call_hook("shutdown")
+            await daemon.close()
+
+    routes = [
+        Route("/v1", v1, methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/settings", settings_list, methods=["GET"]),
+        Route("/settings/{name}", settings_get, methods=["GET"]),
+        Route("/settings/{name}", settings_put, methods=["PUT"]),
+        Route("/settings/{name}", settings_reset, methods=["DELETE"]),
+        Route("/history", history, methods=["GET"]),
+        Route("/history/{id}/promote", promote, methods=["POST"]),
+    ]
+    for path, endpoint, methods in daemon.registry.routes:
+        routes.append(Route(path, endpoint, methods=methods))
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={LmdError: handle_lmd_error, SettingError: handle_lmd_error},
+    )
+    app.state.daemon = daemon
+    guarded = Guard(app, token, loopback_only)
+    guarded.daemon = daemon  # type: ignore[attr-defined]
+    guarded.state = app.state  # type: ignore[attr-defined]
+    return guarded

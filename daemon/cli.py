@@ -1,0 +1,289 @@
+"""The `lmd` command. Core commands live here; plugins add theirs via register_commands.
+
+Plugins are loaded only when a command that is not a core one is asked for (or for --help),
+so `lmd say` starts as fast as Python does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from . import __version__
+
+
+class LmdGroup(click.Group):
+    """A group that loads plugin commands on first need."""
+
+    _plugins_loaded = False
+
+    def _load_plugins(self) -> None:
+        if not self._plugins_loaded:
+            self._plugins_loaded = True
+            from .plugins import get_plugin_manager
+
+            get_plugin_manager().hook.register_commands(cli=self)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        command = super().get_command(ctx, name)
+        if command is None:
+            self._load_plugins()
+            command = super().get_command(ctx, name)
+        return command
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._load_plugins()
+        return super().list_commands(ctx)
+
+
+def fail(message: str, code: int = 1) -> None:
+    click.echo(message, err=True)
+    sys.exit(code)
+
+
+def home_option(f):
+    return click.option(
+        "--home",
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar="LMD_HOME",
+        help="Directory of the database (default ~/.local/share/lmd).",
+    )(f)
+
+
+@click.group(cls=LmdGroup)
+@click.version_option(__version__, prog_name="lmd")
+def cli() -> None:
+    """lmd: a language-model daemon. Speak; a mode answers.
+
+    Start it with `lmd serve`, talk to it with `lmd say ...`.
+    """
+
+
+@cli.command()
+@click.option(
+    "--bind",
+    envvar="LMD_BIND",
+    default="127.0.0.1:8420",
+    show_default=True,
+    help="Address to listen on (host:port or a port).",
+)
+@click.option("--token", envvar="LMD_TOKEN", help="Require Authorization: Bearer TOKEN.")
+@home_option
+def serve(bind: str, token: str | None, home: Path | None) -> None:
+    """Run the daemon (loopback only unless a token is set)."""
+    import logging
+
+    from .errors import LmdError
+    from .server import serve as run
+
+    logging.basicConfig(
+        level=os.environ.get("LMD_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        sys.exit(run(bind, home, token or None))
+    except LmdError as e:
+        fail(e.message, 2)
+
+
+@cli.command()
+@click.argument("text", nargs=-1)
+@click.option("--url", envvar="LMD_URL", help="Daemon URL (default http://127.0.0.1:8420).")
+@click.option("--session", "-s", envvar="LMD_SESSION", help="Session name (default 'default').")
+@click.option("--cwd", help="Working directory for marat and cobol (absolute path).")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON reply.")
+def say(
+    text: tuple[str, ...], url: str | None, session: str | None, cwd: str | None, as_json: bool
+) -> None:
+    """Send TEXT (or stdin) to the daemon and print the reply."""
+    from .client import ClientError
+    from .client import say as send
+
+    utterance = " ".join(text) if text else sys.stdin.read()
+    if not utterance.strip():
+        fail("Nothing to say: give some words or pipe them on stdin.")
+    try:
+        reply = send(utterance, session=session, url=url, as_json=as_json, cwd=cwd)
+    except ClientError as e:
+        fail(e.message)
+    if as_json:
+        click.echo(json.dumps(reply, indent=2, ensure_ascii=False))
+    else:
+        click.echo(reply.rstrip("\n"))
+
+
+def open_daemon_state(home: Path | None):
+    """The registry and store, for commands that work on the database directly."""
+    from .core import collect, default_home
+    from .plugins import get_plugin_manager
+    from .settings import Settings
+    from .store import Store
+
+    registry = collect(get_plugin_manager())
+    store = Store((home or default_home()) / "lmd.db")
+    store.migrate(registry.migrations)
+    return registry, store, Settings(registry.specs, store.stored_settings())
+
+
+@cli.group()
+def settings() -> None:
+    """List, read and change settings (stored in the database)."""
+
+
+def _print_rows(rows: list[dict], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, ensure_ascii=False, default=str))
+        return
+    width = max((len(r["name"]) for r in rows), default=10)
+    for r in rows:
+        value = json.dumps(r["value"]) if r["type"] == "json" else r["value"]
+        mark = "" if r["source"] in ("table", "default") else f"  [{r['source']}]"
+        click.echo(f"{r['name']:<{width}}  {value}{mark}")
+
+
+@settings.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@home_option
+def settings_list(as_json: bool, home: Path | None) -> None:
+    """Every setting with its value."""
+    _, _, s = open_daemon_state(home)
+    _print_rows(s.describe(), as_json)
+
+
+@settings.command("get")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@home_option
+def settings_get(name: str, as_json: bool, home: Path | None) -> None:
+    """One setting's value (with its type, default and help under --json)."""
+    from .errors import LmdError
+
+    _, _, s = open_daemon_state(home)
+    try:
+        row = s.describe([name])[0]
+    except LmdError as e:
+        fail(e.message)
+    if as_json:
+        click.echo(json.dumps(row, indent=2, ensure_ascii=False, default=str))
+    else:
+        click.echo(json.dumps(row["value"]) if row["type"] == "json" else row["value"])
+
+
+@settings.command("set")
+@click.argument("name")
+@click.argument("value")
+@click.option("--json", "as_json", is_flag=True)
+@home_option
+def settings_set(name: str, value: str, as_json: bool, home: Path | None) -> None:
+    """Change a setting; a bad value is refused with what is allowed."""
+    from .errors import LmdError
+
+    _, store, s = open_daemon_state(home)
+    try:
+        spec = s.spec(name)
+        store.set_setting(name, spec.dump(spec.parse(value)))
+    except LmdError as e:
+        fail(e.message)
+    _, _, s = open_daemon_state(home)
+    _print_rows(s.describe([name]), as_json)
+
+
+@settings.command("reset")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@home_option
+def settings_reset(name: str, as_json: bool, home: Path | None) -> None:
+    """Put a setting back to its default."""
+    from .errors import LmdError
+
+    _, store, s = open_daemon_state(home)
+    try:
+        spec = s.spec(name)
+    except LmdError as e:
+        fail(e.message)
+    store.set_setting(name, spec.dump(spec.default))
+    _, _, s = open_daemon_state(home)
+    _print_rows(s.describe([name]), as_json)
+
+
+@cli.group(invoke_without_command=True)
+@click.option("--session", "-s", help="Only this session.")
+@click.option("--limit", "-n", default=20, show_default=True, type=click.IntRange(1, 100000))
+@click.option("--json", "as_json", is_flag=True)
+@home_option
+@click.pass_context
+def history(
+    ctx: click.Context, session: str | None, limit: int, as_json: bool, home: Path | None
+) -> None:
+    """Stored prompts with their karma and the score each would get now."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from .app import prompt_rows
+
+    _, store, s = open_daemon_state(home)
+    rows = prompt_rows(store.history(session, limit), s, time.time())
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+        return
+    for r in rows:
+        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"]))
+        text = r["content"].replace("\n", " ")
+        text = text if len(text) <= 70 else text[:67] + "..."
+        click.echo(
+            f"{r['id']:>6} {stamp} {r['session']:<10} {r['role']:<9} {r['mode'] or '-':<7} "
+            f"{r['kind']:<11} karma {r['karma']:>7g} score {r['score']:>10.4g}  {text}"
+        )
+
+
+@history.command("promote")
+@click.argument("prompt_id", type=int)
+@home_option
+def history_promote(prompt_id: int, home: Path | None) -> None:
+    """Make a prompt operative: it gets contextual_karma and stays in context longer."""
+    from . import karma
+
+    _, store, s = open_daemon_state(home)
+    if store.prompt(prompt_id) is None:
+        fail(f"There is no prompt {prompt_id}; `lmd history` lists them.")
+    store.set_karma([prompt_id], "operative", karma.karma_for("operative", s))
+    click.echo(f"Prompt {prompt_id} is now operative (karma {s['contextual_karma']}).")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+def plugins(as_json: bool) -> None:
+    """Plugins, their hooks, modes and directives."""
+    from . import tokens
+    from .core import collect
+    from .plugins import describe, get_plugin_manager
+
+    pm = get_plugin_manager()
+    registry = collect(pm)
+    rows = describe(pm)
+    for row in rows:
+        row["modes"] = sorted(m.name for m in registry.modes.values() if m.plugin == row["name"])
+    aliases = registry.specs["directive_aliases"].default
+    directives = {m: [m, *registry.modes[m].aliases, *aliases.get(m, [])] for m in registry.modes}
+    model = registry.specs["openai_model"].default
+    info = {"plugins": rows, "directives": directives, "tokenizer": tokens.tokenizer_name(model)}
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    for row in rows:
+        modes = f"  modes: {', '.join(row['modes'])}" if row["modes"] else ""
+        click.echo(f"{row['name']}: {', '.join(row['hooks'])}{modes}")
+    click.echo("directives: " + "; ".join(f"{m}: {', '.join(d)}" for m, d in directives.items()))
+    click.echo(f"tokenizer: {info['tokenizer']}")
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

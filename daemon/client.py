@@ -1,0 +1,104 @@
+"""A small stdlib HTTP client for the daemon: what `lmd say` and scripts use.
+
+It imports nothing heavy, so a shell alias answers as fast as the daemon does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from typing import Any
+
+DEFAULT_URL = "http://127.0.0.1:8420"
+
+
+class ClientError(Exception):
+    """The daemon could not be reached or answered with an error sentence."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+def daemon_url(url: str | None = None) -> str:
+    return (url or os.environ.get("LMD_URL") or DEFAULT_URL).rstrip("/")
+
+
+def request(
+    method: str,
+    path: str,
+    body: bytes | str | dict | list | None = None,
+    *,
+    url: str | None = None,
+    headers: dict[str, str] | None = None,
+    token: str | None = None,
+    timeout: float = 600.0,
+) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP request to the daemon; raises ClientError with a sentence on failure."""
+    base = daemon_url(url)
+    hdrs = {"User-Agent": "lmd-client", **(headers or {})}
+    token = token or os.environ.get("LMD_TOKEN")
+    if token:
+        hdrs["Authorization"] = f"Bearer {token}"
+    data: bytes | None
+    if isinstance(body, dict | list):
+        data = json.dumps(body).encode()
+        hdrs.setdefault("Content-Type", "application/json")
+    elif isinstance(body, str):
+        data = body.encode("utf-8")
+        hdrs.setdefault("Content-Type", "text/plain; charset=utf-8")
+    else:
+        data = body
+    req = urllib.request.Request(base + path, data=data, method=method, headers=hdrs)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        message = _error_sentence(raw) or f"The daemon answered HTTP {e.code}."
+        raise ClientError(message, e.code) from None
+    except urllib.error.URLError as e:
+        raise ClientError(
+            f"I could not reach lmd at {base} ({e.reason}); start it with `lmd serve`."
+        ) from None
+    except TimeoutError:
+        raise ClientError(f"lmd at {base} did not answer within {timeout:g} seconds.") from None
+
+
+def _error_sentence(raw: bytes) -> str:
+    text = raw.decode("utf-8", "replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict):
+            return str(err.get("message") or err)
+        if err:
+            return str(err)
+    return text
+
+
+def say(
+    text: str,
+    *,
+    session: str | None = None,
+    url: str | None = None,
+    as_json: bool = False,
+    cwd: str | None = None,
+    token: str | None = None,
+) -> Any:
+    """Send an utterance to POST /v1; return the reply text (or the JSON reply)."""
+    headers = {"Accept": "application/json" if as_json else "text/plain"}
+    if session:
+        headers["X-Session"] = session
+    if cwd:
+        headers["X-Cwd"] = cwd
+    _, _, raw = request("POST", "/v1", text, url=url, headers=headers, token=token)
+    if as_json:
+        return json.loads(raw)
+    return raw.decode("utf-8")

@@ -1,0 +1,165 @@
+"""The Daemon: the store, the registered modes/settings/routes, LLM clients and session locks."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+from .core_settings import CORE_SETTINGS
+from .errors import LmdError
+from .modes import Mode
+from .plugins import get_plugin_manager
+from .settings import Setting, Settings
+
+
+def default_home() -> Path:
+    """LMD_HOME, else $XDG_DATA_HOME/lmd, else ~/.local/share/lmd."""
+    if os.environ.get("LMD_HOME"):
+        return Path(os.environ["LMD_HOME"]).expanduser()
+    data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data) / "lmd"
+
+
+@dataclass
+class Registry:
+    """Everything the plugins registered."""
+
+    modes: dict[str, Mode] = field(default_factory=dict)
+    specs: dict[str, Setting] = field(default_factory=dict)
+    routes: list[tuple[str, Any, list[str] | None]] = field(default_factory=list)
+    migrations: list[tuple[str, Any]] = field(default_factory=list)
+
+
+def collect(pm: pluggy.PluginManager) -> Registry:
+    """Call the register_* hooks; refuse duplicate names with a clear sentence."""
+    reg = Registry(specs={s.name: s for s in CORE_SETTINGS})
+
+    for impl in pm.hook.register_settings.get_hookimpls():
+
+        def add_setting(setting: Setting, _plugin=impl.plugin_name) -> None:
+            if setting.name in reg.specs:
+                raise LmdError(f"Plugin {_plugin} registers the setting {setting.name} twice.")
+            reg.specs[setting.name] = Setting(**{**setting.__dict__, "plugin": _plugin})
+
+        impl.function(register=add_setting)
+
+    for impl in pm.hook.register_modes.get_hookimpls():
+
+        def add_mode(mode: Mode, _plugin=impl.plugin_name) -> None:
+            if mode.name in reg.modes:
+                raise LmdError(f"Two plugins register a mode called {mode.name}.")
+            reg.modes[mode.name] = Mode(**{**mode.__dict__, "plugin": _plugin})
+
+        impl.function(register=add_mode)
+
+    def add_route(path: str, endpoint: Any, methods: list[str] | None = None) -> None:
+        reg.routes.append((path, endpoint, methods))
+
+    pm.hook.register_routes(register=add_route)
+
+    for impl in pm.hook.register_migrations.get_hookimpls():
+
+        def add_migration(name: str, fn: Any, _plugin=impl.plugin_name) -> None:
+            reg.migrations.append((f"{_plugin}:{name}", fn))
+
+        impl.function(register=add_migration)
+    return reg
+
+
+class SessionLocks:
+    """One asyncio lock per session, dropped when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._users: dict[str, int] = {}
+
+    @asynccontextmanager
+    async def hold(self, name: str) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        self._users[name] = self._users.get(name, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._users[name] -= 1
+            if not self._users[name]:
+                del self._users[name]
+                del self._locks[name]
+
+
+class Daemon:
+    """The running daemon as plugins see it (the `startup(daemon)` hook receives it)."""
+
+    def __init__(
+        self,
+        home: Path | None = None,
+        pm: pluggy.PluginManager | None = None,
+        token: str | None = None,
+    ) -> None:
+        from .store import Store
+
+        self.home = Path(home) if home else default_home()
+        self.pm = pm or get_plugin_manager()
+        self.registry = collect(self.pm)
+        self.modes = self.registry.modes
+        self.token = token
+        self.store = Store(self.home / "lmd.db")
+        self.store.migrate(self.registry.migrations)
+        self.locks = SessionLocks()
+        self._llms: dict[tuple, Any] = {}
+        self._directives: tuple[Any, dict] | None = None
+        self.state: dict[str, Any] = {}  # plugins keep their process-wide objects here
+
+    def settings(self) -> Settings:
+        """A fresh snapshot (the CLI may change the table while we run)."""
+        return Settings(self.registry.specs, self.store.stored_settings())
+
+    def llm(self, settings: Settings | None = None):
+        """The LLM client for the current endpoint and model (cached)."""
+        from .llm import LLM, api_key, endpoint_from
+
+        s = settings or self.settings()
+        key = (
+            endpoint_from(s),
+            api_key(),
+            s["llm_timeout_secs"],
+            s["llm_max_retries"],
+            s["openai_model"],
+        )
+        client = self._llms.get(key)
+        if client is None:
+            client = self._llms[key] = LLM(*key)
+        return client
+
+    def directive_table(self, settings: Settings) -> dict:
+        from .directives import build_table
+
+        aliases = dict(settings["directive_aliases"])
+        for mode in self.modes.values():
+            aliases.setdefault(mode.name, [])
+            aliases[mode.name] = [*mode.aliases, *aliases[mode.name]]
+        aliases = {m: a for m, a in aliases.items() if m in self.modes}
+        cache_key = repr(sorted(aliases.items()))
+        if self._directives is None or self._directives[0] != cache_key:
+            self._directives = (cache_key, build_table(self.modes, aliases))
+        return self._directives[1]
+
+    async def call_hook(self, name: str) -> None:
+        """Run startup/shutdown hooks, awaiting those that return awaitables."""
+        for result in getattr(self.pm.hook, name)(daemon=self):
+            if inspect.isawaitable(result):
+                await result
+
+    async def close(self) -> None:
+        for client in self._llms.values():
+            await client.close()
+        self._llms.clear()
+        self.store.close()

@@ -1,0 +1,146 @@
+"""The LLM backend: openai.AsyncOpenAI against any OpenAI-compatible server.
+
+Every backend failure becomes a BackendError carrying one sentence a voice user can act on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from .errors import BackendError
+
+
+def base_url(endpoint: str) -> str:
+    """Accept a base URL (http://host:port/v1) or a full .../chat/completions URL."""
+    url = endpoint.strip().rstrip("/")
+    for suffix in ("/chat/completions", "/completions"):
+        if url.endswith(suffix):
+            url = url[: -len(suffix)]
+    return url
+
+
+def endpoint_from(settings: Any, environ: dict | None = None) -> str:
+    """LMD_OPENAI_CHAT_ENDPOINT > OPENAI_BASE_URL > the settings table."""
+    env = os.environ if environ is None else environ
+    if env.get("LMD_OPENAI_CHAT_ENDPOINT"):
+        return base_url(settings["openai_chat_endpoint"])
+    if env.get("OPENAI_BASE_URL"):
+        return base_url(env["OPENAI_BASE_URL"])
+    return base_url(settings["openai_chat_endpoint"])
+
+
+def api_key(environ: dict | None = None) -> str:
+    """OPENAI_API_KEY, or a placeholder that local servers ignore."""
+    env = os.environ if environ is None else environ
+    return env.get("OPENAI_API_KEY") or "sk-no-key-needed"
+
+
+class LLM:
+    """A chat client bound to one endpoint; methods take the model per call."""
+
+    def __init__(self, url: str, key: str, timeout: float, retries: int, model: str) -> None:
+        import httpx
+        import openai
+
+        self.url = url
+        self.model = model
+        self.timeout = timeout
+        self._openai = openai
+        self.client = openai.AsyncOpenAI(
+            base_url=url,
+            api_key=key,
+            timeout=timeout,
+            max_retries=retries,
+            http_client=httpx.AsyncClient(
+                timeout=timeout,
+                limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            ),
+        )
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def chat(self, messages: list[dict], **kwargs: Any) -> str:
+        """One completion's text."""
+        response = await self.complete(messages, **kwargs)
+        choice = response.choices[0] if response.choices else None
+        if choice is None:
+            raise BackendError("The language model sent an empty answer; try again.")
+        return choice.message.content or ""
+
+    async def complete(self, messages: list[dict], **kwargs: Any) -> Any:
+        """The raw ChatCompletion object (for logprobs, n, reasoning fields)."""
+        kwargs.setdefault("model", self.model)
+        try:
+            return await self.client.chat.completions.create(messages=messages, **kwargs)
+        except Exception as e:
+            raise self.explain(e) from e
+
+    async def completion(self, prompt: str, **kwargs: Any) -> Any:
+        """The legacy completions endpoint (raw prompts for base models)."""
+        kwargs.setdefault("model", self.model)
+        try:
+            return await self.client.completions.create(prompt=prompt, **kwargs)
+        except Exception as e:
+            raise self.explain(e) from e
+
+    async def stream(self, messages: list[dict], **kwargs: Any) -> AsyncIterator[str]:
+        """Text chunks as the backend produces them."""
+        kwargs.setdefault("model", self.model)
+        try:
+            stream = await self.client.chat.completions.create(
+                messages=messages, stream=True, **kwargs
+            )
+            async for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
+                    yield chunk.choices[0].delta.content
+        except BackendError:
+            raise
+        except Exception as e:
+            raise self.explain(e) from e
+
+    def explain(self, e: Exception) -> BackendError:
+        """Map an openai/httpx exception to one sentence."""
+        o = self._openai
+        if isinstance(e, BackendError):
+            return e
+        if isinstance(e, o.APITimeoutError):
+            return BackendError(
+                f"The language model did not answer within {self.timeout:g} seconds; "
+                "try again, or raise llm_timeout_secs.",
+                status=504,
+            )
+        if isinstance(e, o.APIConnectionError):
+            return BackendError(
+                f"I could not reach the language model at {self.url}; check that it is running "
+                "and that openai_chat_endpoint is right."
+            )
+        if isinstance(e, o.AuthenticationError):
+            return BackendError(
+                "The language model refused the API key; set OPENAI_API_KEY to a valid key."
+            )
+        if isinstance(e, o.RateLimitError):
+            return BackendError(
+                "The language model is rate limiting us; wait a moment and try again."
+            )
+        if isinstance(e, o.NotFoundError):
+            return BackendError(
+                f"The backend does not serve the model {self.model!r} or this API; set "
+                "openai_model to a model it serves.",
+                detail=_short(e),
+            )
+        if isinstance(e, o.APIStatusError):
+            return BackendError(
+                f"The language model failed with HTTP {e.status_code}; try again later.",
+                detail=_short(e),
+            )
+        return BackendError(
+            f"The language model sent something I could not read ({type(e).__name__}); try again.",
+            detail=str(e)[:300],
+        )
+
+
+def _short(e: Exception) -> str:
+    return str(getattr(e, "message", e))[:300]

@@ -1,0 +1,106 @@
+"""What a mode is, and the context it is handed for one utterance.
+
+A mode reaches the world only through its Context: settings, history, the LLM, the store,
+the session. `respond(ctx)` is an async generator of text chunks; the core joins them for
+plain and JSON replies and forwards them as server-sent events when the client streams.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import karma, tokens
+
+if TYPE_CHECKING:
+    from .core import Daemon
+    from .llm import LLM
+    from .settings import Settings
+    from .store import Prompt, Session, Store
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A mode: its name is its directive; aliases are extra spoken forms."""
+
+    name: str
+    respond: Callable[[Context], AsyncIterator[str]]
+    description: str = ""
+    aliases: tuple[str, ...] = ()
+    plugin: str = ""
+
+
+@dataclass
+class Context:
+    """Everything a mode may use for one utterance."""
+
+    daemon: Daemon
+    session: Session
+    mode: str
+    text: str  # the utterance without its directive
+    raw: str  # the utterance as received
+    settings: Settings
+    user_prompt_id: int
+    streaming: bool = False
+    pending: dict | None = None  # this mode's pending continuation, when resumed
+    now: float = field(default_factory=time.time)
+    extra: dict[str, Any] = field(default_factory=dict)  # added to the JSON reply
+    reply_kind: str = "default"  # karma kind of the stored reply
+    reply_meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def store(self) -> Store:
+        return self.daemon.store
+
+    @property
+    def llm(self) -> LLM:
+        return self.daemon.llm(self.settings)
+
+    @property
+    def state(self) -> dict:
+        """This mode's own per-session state, saved after the reply."""
+        return self.session.state.setdefault(self.mode, {})
+
+    def history(self) -> list[Prompt]:
+        """The session's prompts chosen by karma for the next model call, oldest first."""
+        s = self.settings
+        recent = self.store.recent(self.session.name, s["recent_history_limit"])
+        return karma.select(
+            recent,
+            karma.Params.from_settings(s),
+            time.time(),
+            s["max_tokens"],
+            s["min_score_to_include_prompt"],
+        )
+
+    def messages(self) -> list[dict]:
+        """The karma-chosen history as OpenAI chat messages."""
+        return [{"role": p.role, "content": p.content} for p in self.history()]
+
+    def add_prompt(
+        self, role: str, content: str, kind: str = "default", meta: dict | None = None
+    ) -> int:
+        """Store a turn of this session (e.g. a thought or an observation)."""
+        return self.store.add_prompt(
+            self.session.name,
+            role,
+            content,
+            tokens=tokens.count(content, self.settings["openai_model"]),
+            karma=karma.karma_for(kind, self.settings),
+            kind=kind,
+            mode=self.mode,
+            meta=meta,
+        )
+
+    def set_karma(self, ids: list[int], kind: str) -> None:
+        self.store.set_karma(ids, kind, karma.karma_for(kind, self.settings))
+
+    def set_pending(self, pending: dict | None) -> None:
+        """Wait for the user's next utterance (e.g. an approval); None clears it."""
+        if pending is None:
+            self.session.pending = None
+        else:
+            self.session.pending = {**pending, "mode": self.mode, "created_at": time.time()}
+        self.extra["pending"] = self.session.pending

@@ -1,0 +1,107 @@
+"""`lmd serve`: hypercorn on loopback, the bind/token policy, graceful shutdown on signals."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from .errors import LmdError
+
+DEFAULT_PORT = 8420
+
+
+def parse_bind(bind: str) -> tuple[str, int]:
+    """'127.0.0.1:8420', 'localhost:9000', '[::1]:8420', '0.0.0.0:80' or a bare port."""
+    text = bind.strip()
+    if text.isdigit():
+        host, port = "127.0.0.1", text
+    elif text.startswith("["):
+        host, _, port = text[1:].partition("]:")
+    elif ":" in text:
+        host, _, port = text.rpartition(":")
+    else:
+        host, port = text, str(DEFAULT_PORT)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise LmdError(f"The bind address {bind!r} has no valid port; use e.g. 127.0.0.1:8420.")
+    return host or "127.0.0.1", int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_policy(host: str, token: str | None) -> None:
+    """Binding beyond loopback is allowed only with a token."""
+    if not is_loopback(host) and not token:
+        raise LmdError(
+            f"Refusing to listen on {host} without a token: anyone on the network could run "
+            "commands. Set LMD_TOKEN or pass --token, or bind to 127.0.0.1."
+        )
+
+
+def check_port_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise LmdError(
+                f"Cannot listen on {host}:{port} ({e.strerror}); is another lmd running? "
+                f"Pick another port with --bind {host}:{port + 1}."
+            ) from None
+
+
+def serve(bind: str, home: Path | None, token: str | None) -> int:
+    """Run until SIGTERM/SIGINT; in-flight requests get shutdown_grace_secs to finish."""
+    from hypercorn.asyncio import serve as hypercorn_serve
+    from hypercorn.config import Config
+
+    from .app import create_app
+
+    host, port = parse_bind(bind)
+    check_policy(host, token)
+    check_port_free(host, port)
+    app = create_app(home=home, token=token, loopback_only=is_loopback(host))
+    daemon = app.daemon
+    settings = daemon.settings()
+    problems = settings.problems()
+    if problems:
+        raise LmdError("Some settings are invalid: " + " ".join(problems))
+    config = Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.graceful_timeout = settings["shutdown_grace_secs"]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.keep_alive_timeout = 30
+
+    from . import tokens
+
+    print(
+        f"lmd listening on http://{config.bind[0]} (database {daemon.store.path}, "
+        f"modes {', '.join(sorted(daemon.modes))}, "
+        f"tokens {tokens.tokenizer_name(settings['openai_model'])})",
+        file=sys.stderr,
+        flush=True,
+    )
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await hypercorn_serve(app, config, shutdown_trigger=stop.wait)
+
+    asyncio.run(main())
+    print("lmd stopped.", file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,20 @@
+"""Which mode answers an utterance: directive > pending continuation > idle window > default."""
+
+from __future__ import annotations
+
+from .directives import Parsed
+from .store import Session
+
+
+def resolve(
+    session: Session, parsed: Parsed, default_mode: str, idle_secs: float, now: float
+) -> tuple[str, dict | None]:
+    """Return (mode, pending continuation handed to it or None)."""
+    fresh = session.last_active and now - session.last_active < idle_secs
+    if parsed.mode is not None:
+        return parsed.mode, None
+    if session.pending and fresh:
+        return session.pending["mode"], session.pending
+    if session.mode and fresh:
+        return session.mode, None
+    return default_mode, None

@@ -1,0 +1,254 @@
+"""Typed settings: declarations, parsing with clear errors, and the layered view.
+
+A value comes from, in order: the environment (`LMD_<NAME>`), the `settings` table, the
+declared default. Every value is parsed by its declaration, so a bad one is refused with a
+sentence naming the setting, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import LmdError
+
+TRUE_WORDS = {"true", "t", "yes", "y", "on", "1"}
+FALSE_WORDS = {"false", "f", "no", "n", "off", "0"}
+
+
+class SettingError(LmdError):
+    """A setting value that cannot be used."""
+
+    status = 400
+
+
+class UnknownSetting(LmdError):
+    status = 404
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Declaration of one setting: its type, default and what is allowed.
+
+    `type` is one of int, float, str, bool, choice, json. `synonyms` maps accepted spellings
+    to canonical values (e.g. {"maj": "majority"}); `check` adds a custom rule returning an
+    error sentence or None.
+    """
+
+    name: str
+    default: Any
+    type: str = "str"
+    help: str = ""
+    choices: tuple[str, ...] = ()
+    min: float | None = None
+    max: float | None = None
+    synonyms: Mapping[str, str] = field(default_factory=dict)
+    check: Callable[[Any], str | None] | None = None
+    plugin: str = "core"
+
+    def allowed(self) -> str:
+        """Say in words what values are allowed."""
+        if self.type == "bool":
+            return "true or false (also yes/no, t/f, on/off)"
+        if self.type == "choice":
+            return "one of " + ", ".join(self.choices)
+        if self.type == "json":
+            return "a JSON value"
+        if self.type in ("int", "float"):
+            kind = "a whole number" if self.type == "int" else "a number"
+            if self.min is not None and self.max is not None:
+                return f"{kind} from {_num(self.min)} to {_num(self.max)}"
+            if self.min is not None:
+                return f"{kind} of at least {_num(self.min)}"
+            if self.max is not None:
+                return f"{kind} of at most {_num(self.max)}"
+            return kind
+        return "any text"
+
+    def parse(self, raw: Any) -> Any:
+        """Turn raw text (or an already-typed value) into this setting's typed value."""
+        try:
+            value = self._convert(raw)
+        except (ValueError, TypeError):
+            raise self._refuse(raw) from None
+        if self.type in ("int", "float"):
+            if (self.min is not None and value < self.min) or (
+                self.max is not None and value > self.max
+            ):
+                raise self._refuse(raw)
+        if self.check is not None:
+            problem = self.check(value)
+            if problem:
+                raise SettingError(f"{self.name} cannot be {_show(raw)}: {problem}.")
+        return value
+
+    def _convert(self, raw: Any) -> Any:
+        if isinstance(raw, str):
+            text = raw.strip()
+            text = self.synonyms.get(text.lower(), text)
+        else:
+            text = raw
+        if self.type == "int":
+            if isinstance(text, bool):
+                raise ValueError
+            if isinstance(text, float):
+                if not text.is_integer():
+                    raise ValueError
+                return int(text)
+            return int(str(text).replace("_", ""))
+        if self.type == "float":
+            if isinstance(text, bool):
+                raise ValueError
+            value = float(text)
+            if not math.isfinite(value):
+                raise ValueError
+            return value
+        if self.type == "bool":
+            if isinstance(text, bool):
+                return text
+            word = str(text).strip().lower()
+            if word in TRUE_WORDS:
+                return True
+            if word in FALSE_WORDS:
+                return False
+            raise ValueError
+        if self.type == "choice":
+            word = str(text).strip().lower()
+            word = self.synonyms.get(word, word)
+            if word not in self.choices:
+                raise ValueError
+            return word
+        if self.type == "json":
+            return json.loads(text) if isinstance(text, str) else text
+        if not isinstance(text, str):
+            raise TypeError
+        return text
+
+    def dump(self, value: Any) -> str:
+        """Canonical text for the table."""
+        if self.type == "bool":
+            return "true" if value else "false"
+        if self.type == "json":
+            return json.dumps(value, ensure_ascii=False)
+        return str(value)
+
+    def _refuse(self, raw: Any) -> SettingError:
+        return SettingError(f"{self.name} cannot be {_show(raw)}; it must be {self.allowed()}.")
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _show(raw: Any) -> str:
+    text = raw if isinstance(raw, str) else json.dumps(raw)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return repr(text)
+
+
+def env_name(name: str) -> str:
+    return "LMD_" + name.upper()
+
+
+class Settings:
+    """A snapshot of every declared setting, typed, with where each value came from."""
+
+    def __init__(
+        self,
+        specs: Mapping[str, Setting],
+        stored: Mapping[str, str],
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.specs = specs
+        self._stored = stored
+        self._environ = os.environ if environ is None else environ
+        self._cache: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return self._cache[name]
+        except KeyError:
+            pass
+        value = self._resolve(name)[0]
+        self._cache[name] = value
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self[name]
+        except UnknownSetting:
+            raise AttributeError(name) from None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except UnknownSetting:
+            return default
+
+    def spec(self, name: str) -> Setting:
+        try:
+            return self.specs[name]
+        except KeyError:
+            raise UnknownSetting(
+                f"There is no setting called {name}; `lmd settings list` shows them all."
+            ) from None
+
+    def source(self, name: str) -> str:
+        return self._resolve(name)[1]
+
+    def _resolve(self, name: str) -> tuple[Any, str]:
+        spec = self.spec(name)
+        env = self._environ.get(env_name(name))
+        if env is not None:
+            try:
+                return spec.parse(env), "env"
+            except SettingError as e:
+                raise SettingError(f"The environment variable {env_name(name)}: {e}") from None
+        if name in self._stored:
+            try:
+                return spec.parse(self._stored[name]), "table"
+            except SettingError as e:
+                raise SettingError(
+                    f"The stored value is broken: {e} Fix it with `lmd settings set {name} ...`."
+                ) from None
+        return spec.default, "default"
+
+    def problems(self) -> list[str]:
+        """Sentences for every value that does not parse (used by `serve` and `doctor`)."""
+        found = []
+        for name in self.specs:
+            try:
+                self._resolve(name)
+            except SettingError as e:
+                found.append(str(e))
+        return found
+
+    def describe(self, names: Iterable[str] | None = None) -> list[dict]:
+        """Rows for listings: name, value, default, source, type, allowed, help, plugin."""
+        rows = []
+        for name in names if names is not None else sorted(self.specs):
+            spec = self.spec(name)
+            try:
+                value, source = self._resolve(name)
+            except SettingError as e:
+                value, source = self._stored.get(name), f"invalid: {e}"
+            rows.append(
+                {
+                    "name": name,
+                    "value": value,
+                    "default": spec.default,
+                    "source": source,
+                    "type": spec.type,
+                    "allowed": spec.allowed(),
+                    "help": spec.help,
+                    "plugin": spec.plugin,
+                }
+            )
+        return rows

@@ -1,0 +1,280 @@
+"""The SQLite store: one file, WAL, migrations as a list of functions applied on every open."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+SETTINGS_SQL = Path(__file__).with_name("settings.sql")
+
+Migration = Callable[[sqlite_utils.Database], None]
+
+
+@dataclass
+class Prompt:
+    """One stored turn of a session."""
+
+    id: int
+    session: str
+    role: str
+    content: str
+    tokens: int
+    karma: float
+    kind: str
+    mode: str | None
+    created_at: float
+    status: str = "ok"
+    meta: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_row(cls, row: dict) -> Prompt:
+        row = dict(row)
+        row["meta"] = json.loads(row.get("meta") or "{}")
+        return cls(**row)
+
+
+@dataclass
+class Session:
+    """What the daemon remembers about a session between requests."""
+
+    name: str
+    mode: str | None = None
+    cwd: str | None = None
+    pending: dict | None = None
+    state: dict = field(default_factory=dict)
+    last_active: float = 0.0
+    created_at: float = 0.0
+
+
+# Migrations: never edit one that has shipped; append a new function instead.
+def m001_prompts(db: sqlite_utils.Database) -> None:
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS prompts (
+            id INTEGER PRIMARY KEY,
+            session TEXT NOT NULL,
+            role TEXT NOT NULL,
+            content TEXT NOT NULL,
+            tokens INTEGER NOT NULL,
+            karma REAL NOT NULL,
+            kind TEXT NOT NULL DEFAULT 'default',
+            mode TEXT,
+            created_at REAL NOT NULL,
+            status TEXT NOT NULL DEFAULT 'ok',
+            meta TEXT NOT NULL DEFAULT '{}'
+        )"""
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS prompts_session_id ON prompts (session, id)")
+
+
+def m002_sessions(db: sqlite_utils.Database) -> None:
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS sessions (
+            name TEXT PRIMARY KEY,
+            mode TEXT,
+            cwd TEXT,
+            pending TEXT,
+            state TEXT NOT NULL DEFAULT '{}',
+            last_active REAL NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL DEFAULT 0
+        )"""
+    )
+
+
+CORE_MIGRATIONS: list[Migration] = [m001_prompts, m002_sessions]
+
+
+class Store:
+    """All database access of the core. Plugins may use `store.db` for their own tables."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # The daemon touches SQLite from the event loop and from worker threads; sqlite itself
+        # is threadsafe, and `lock` serialises our multi-statement writes.
+        conn = sqlite3.connect(
+            str(self.path), check_same_thread=False, isolation_level=None, timeout=30
+        )
+        self.db = sqlite_utils.Database(conn)
+        self.lock = threading.RLock()
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=30000")
+        conn.execute("PRAGMA foreign_keys=ON")
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- migrations ---------------------------------------------------------------------
+    def migrate(self, extra: Iterable[tuple[str, Migration]] = ()) -> list[str]:
+        """Apply every migration not yet applied; return the names applied now."""
+        with self.lock:
+            self.db.execute(
+                "CREATE TABLE IF NOT EXISTS _lmd_migrations"
+                " (name TEXT PRIMARY KEY, applied_at REAL)"
+            )
+            done = {r[0] for r in self.db.execute("SELECT name FROM _lmd_migrations")}
+            applied = []
+            todo = [(f"core:{fn.__name__}", fn) for fn in CORE_MIGRATIONS] + list(extra)
+            for name, fn in todo:
+                if name in done:
+                    continue
+                with self.transaction():
+                    fn(self.db)
+                    self.db.execute(
+                        "INSERT INTO _lmd_migrations (name, applied_at) VALUES (?, ?)",
+                        [name, time.time()],
+                    )
+                applied.append(name)
+            self.db.executescript(SETTINGS_SQL.read_text(encoding="utf-8"))
+            return applied
+
+    def transaction(self):
+        """BEGIN IMMEDIATE ... COMMIT, rolled back on error."""
+        return _Transaction(self)
+
+    # -- settings -----------------------------------------------------------------------
+    def stored_settings(self) -> dict[str, str]:
+        return {name: value for name, value in self.db.execute("SELECT name, value FROM settings")}
+
+    def set_setting(self, name: str, value: str) -> None:
+        with self.lock:
+            self.db.execute(
+                "INSERT INTO settings (name, value) VALUES (?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                [name, value],
+            )
+
+    # -- prompts ------------------------------------------------------------------------
+    def add_prompt(
+        self,
+        session: str,
+        role: str,
+        content: str,
+        *,
+        tokens: int,
+        karma: float,
+        kind: str = "default",
+        mode: str | None = None,
+        status: str = "ok",
+        meta: dict | None = None,
+        created_at: float | None = None,
+    ) -> int:
+        with self.lock:
+            cur = self.db.execute(
+                "INSERT INTO prompts (session, role, content, tokens, karma, kind, mode,"
+                " created_at, status, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    session,
+                    role,
+                    content,
+                    tokens,
+                    karma,
+                    kind,
+                    mode,
+                    time.time() if created_at is None else created_at,
+                    status,
+                    json.dumps(meta or {}),
+                ],
+            )
+            return cur.lastrowid
+
+    def recent(self, session: str, limit: int) -> list[Prompt]:
+        """The session's newest `limit` prompts that may enter a context, oldest first."""
+        rows = self.db.execute_returning_dicts(
+            "SELECT * FROM prompts WHERE session = ? AND role != 'error' ORDER BY id DESC LIMIT ?",
+            [session, limit],
+        )
+        return [Prompt.from_row(r) for r in reversed(rows)]
+
+    def prompt(self, prompt_id: int) -> Prompt | None:
+        rows = self.db.execute_returning_dicts("SELECT * FROM prompts WHERE id = ?", [prompt_id])
+        return Prompt.from_row(rows[0]) if rows else None
+
+    def history(self, session: str | None = None, limit: int = 20) -> list[Prompt]:
+        """Newest `limit` prompts (of one session or all), oldest first, errors included."""
+        if session is None:
+            sql, args = "SELECT * FROM prompts ORDER BY id DESC LIMIT ?", [limit]
+        else:
+            sql = "SELECT * FROM prompts WHERE session = ? ORDER BY id DESC LIMIT ?"
+            args = [session, limit]
+        return [Prompt.from_row(r) for r in reversed(self.db.execute_returning_dicts(sql, args))]
+
+    def update_prompt(self, prompt_id: int, **fields: Any) -> None:
+        if "meta" in fields:
+            fields["meta"] = json.dumps(fields["meta"])
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        with self.lock:
+            self.db.execute(
+                f"UPDATE prompts SET {sets} WHERE id = ?", [*fields.values(), prompt_id]
+            )
+
+    def set_karma(self, ids: Iterable[int], kind: str, karma: float) -> None:
+        ids = list(ids)
+        if not ids:
+            return
+        marks = ",".join("?" * len(ids))
+        with self.lock:
+            self.db.execute(
+                f"UPDATE prompts SET kind = ?, karma = ? WHERE id IN ({marks})", [kind, karma, *ids]
+            )
+
+    # -- sessions -----------------------------------------------------------------------
+    def session(self, name: str) -> Session:
+        rows = self.db.execute_returning_dicts("SELECT * FROM sessions WHERE name = ?", [name])
+        if not rows:
+            return Session(name=name, created_at=time.time())
+        r = rows[0]
+        return Session(
+            name=r["name"],
+            mode=r["mode"],
+            cwd=r["cwd"],
+            pending=json.loads(r["pending"]) if r["pending"] else None,
+            state=json.loads(r["state"] or "{}"),
+            last_active=r["last_active"],
+            created_at=r["created_at"],
+        )
+
+    def save_session(self, s: Session) -> None:
+        with self.lock:
+            self.db.execute(
+                "INSERT INTO sessions (name, mode, cwd, pending, state, last_active, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET mode=excluded.mode,"
+                " cwd=excluded.cwd, pending=excluded.pending, state=excluded.state,"
+                " last_active=excluded.last_active",
+                [
+                    s.name,
+                    s.mode,
+                    s.cwd,
+                    json.dumps(s.pending) if s.pending is not None else None,
+                    json.dumps(s.state),
+                    s.last_active,
+                    s.created_at or time.time(),
+                ],
+            )
+
+    def integrity(self) -> str:
+        return self.db.execute("PRAGMA integrity_check").fetchone()[0]
+
+
+class _Transaction:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __enter__(self) -> sqlite_utils.Database:
+        self.store.lock.acquire()
+        self.store.db.execute("BEGIN IMMEDIATE")
+        return self.store.db
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self.store.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        finally:
+            self.store.lock.release()

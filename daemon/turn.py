@@ -1,0 +1,161 @@
+"""One utterance, walked through: parse, resolve the mode, store, respond, store.
+
+The user's turn is stored before any model call, so a failing backend never loses it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import directives, karma, sessions, tokens
+from .errors import LmdError
+from .modes import Context
+
+if TYPE_CHECKING:
+    from .core import Daemon
+
+log = logging.getLogger("lmd.turn")
+
+
+@dataclass
+class Outcome:
+    """What the JSON reply reports about a finished turn."""
+
+    session: str
+    mode: str | None = None
+    reply: str = ""
+    user_prompt_id: int | None = None
+    reply_prompt_id: int | None = None
+    pending: dict | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "mode": self.mode,
+            "reply": self.reply,
+            "session": self.session,
+            "prompt_ids": {"user": self.user_prompt_id, "reply": self.reply_prompt_id},
+            "pending": self.pending,
+            **self.extra,
+        }
+
+
+async def run_turn(
+    daemon: Daemon,
+    session_name: str,
+    text: str,
+    outcome: Outcome,
+    streaming: bool = False,
+    cwd: str | None = None,
+    mode_override: str | None = None,
+) -> AsyncIterator[str]:
+    """Answer one utterance; yields the reply's chunks and fills `outcome`."""
+    async with daemon.locks.hold(session_name):
+        settings = daemon.settings()
+        store = daemon.store
+        now = time.time()
+        session = store.session(session_name)
+        if cwd:
+            session.cwd = cwd
+        parsed = directives.parse(text, daemon.directive_table(settings))
+        if mode_override and parsed.mode is None:
+            parsed = directives.Parsed(mode_override, parsed.rest, None)
+        mode_name, pending = sessions.resolve(
+            session,
+            parsed,
+            settings["default_prompt"],
+            settings["end_session_after_idle_secs"],
+            now,
+        )
+        mode = daemon.modes.get(mode_name)
+        if mode is None:
+            raise LmdError(
+                f"There is no mode called {mode_name}; set default_prompt to one of "
+                f"{', '.join(sorted(daemon.modes))}.",
+                status=500,
+            )
+        outcome.mode = mode_name
+        session.pending = None  # handed to the mode now; it may set a new one
+        model = settings["openai_model"]
+
+        def store_turn(role: str, content: str, kind: str, **kw: Any) -> int:
+            return store.add_prompt(
+                session_name,
+                role,
+                content,
+                tokens=tokens.count(content, model),
+                karma=karma.karma_for(kind, settings),
+                kind=kind,
+                mode=mode_name,
+                **kw,
+            )
+
+        if parsed.mode is not None and not parsed.rest:
+            # A directive alone switches the session's mode.
+            session.mode, session.last_active = mode_name, now
+            outcome.user_prompt_id = store_turn("user", parsed.word or mode_name, "decorative")
+            reply = f"Switched to {mode_name} mode."
+            outcome.reply_prompt_id = store_turn("assistant", reply, "decorative")
+            store.save_session(session)
+            outcome.reply = reply
+            yield reply
+            return
+
+        outcome.user_prompt_id = store_turn("user", parsed.rest, "default")
+        session.mode, session.last_active = mode_name, now
+        ctx = Context(
+            daemon=daemon,
+            session=session,
+            mode=mode_name,
+            text=parsed.rest,
+            raw=text,
+            settings=settings,
+            user_prompt_id=outcome.user_prompt_id,
+            streaming=streaming,
+            pending=pending,
+            now=now,
+        )
+        chunks: list[str] = []
+        finished = False
+        try:
+            async for chunk in mode.respond(ctx):
+                if chunk:
+                    chunks.append(chunk)
+                    yield chunk
+            finished = True
+        except LmdError as e:
+            _record_failure(store, outcome, store_turn, e.message, session)
+            raise
+        except Exception as e:
+            log.exception("mode %s failed", mode_name)
+            message = f"The {mode_name} mode failed unexpectedly ({type(e).__name__}); try again."
+            _record_failure(store, outcome, store_turn, message, session)
+            raise LmdError(message, status=500) from e
+        finally:
+            if not finished and chunks and outcome.reply_prompt_id is None:
+                # The client went away mid-stream: keep what was said, marked as cut.
+                outcome.reply_prompt_id = store_turn(
+                    "assistant", "".join(chunks), ctx.reply_kind, status="partial"
+                )
+                store.save_session(session)
+        reply = "".join(chunks)
+        outcome.reply = reply
+        outcome.pending = session.pending
+        outcome.extra = ctx.extra
+        if reply:
+            outcome.reply_prompt_id = store_turn(
+                "assistant", reply, ctx.reply_kind, meta=ctx.reply_meta or None
+            )
+        session.last_active = time.time()
+        store.save_session(session)
+
+
+def _record_failure(store, outcome: Outcome, store_turn, message: str, session) -> None:
+    store.update_prompt(outcome.user_prompt_id, status="failed")
+    outcome.reply_prompt_id = store_turn("error", message, "none", status="error")
+    session.last_active = time.time()
+    store.save_session(session)

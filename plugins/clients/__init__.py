@@ -1,0 +1,1 @@
+"""Client integrations: OpenAI-compatible endpoint, shell-init, service, doctor (being built)."""

@@ -1,0 +1,1 @@
+"""The cobol plugin (being built; registers nothing yet)."""

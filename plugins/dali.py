@@ -1,0 +1,22 @@
+"""`dali`: free chat. The karma-chosen history plus the instruction, no system decorators."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from daemon.hookspecs import hookimpl
+from daemon.modes import Context, Mode
+
+
+async def respond(ctx: Context) -> AsyncIterator[str]:
+    messages = ctx.messages()
+    if ctx.streaming:
+        async for chunk in ctx.llm.stream(messages):
+            yield chunk
+    else:
+        yield await ctx.llm.chat(messages)
+
+
+@hookimpl
+def register_modes(register):
+    register(Mode("dali", respond, description="Free chat: history and your words, nothing else."))

@@ -1,0 +1,1 @@
+"""The elo plugin (being built; registers nothing yet)."""

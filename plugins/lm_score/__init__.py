@@ -1,0 +1,1 @@
+"""The lm_score plugin (being built; registers nothing yet)."""

@@ -1,0 +1,1 @@
+"""The marat plugin (being built; registers nothing yet)."""

@@ -1,0 +1,1 @@
+"""The selectit plugin (being built; registers nothing yet)."""

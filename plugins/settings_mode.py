@@ -1,0 +1,1 @@
+"""The settings mode (being built; registers nothing yet)."""

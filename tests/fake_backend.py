@@ -1,0 +1,380 @@
+"""A real OpenAI-compatible HTTP server on 127.0.0.1 for tests and benchmarks.
+
+It answers /v1/chat/completions, /v1/completions and /v1/models with scripted replies,
+streams, logprobs, error codes, latency, broken bodies and dropped connections, and records
+every request it receives so tests can assert the bodies the daemon sent.
+
+    backend = FakeBackend().start()
+    backend.queue("first reply", Reply(status=500), Reply("7", logprobs=[...]))
+    backend.handler = lambda body: Reply(...)   # or compute replies from the request
+    ... backend.requests[-1].body["messages"] ...
+    backend.stop()
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    """One scripted answer.
+
+    text: the assistant's content (or the completion text).
+    status: HTTP status; non-200 sends an OpenAI-style error object (or `body`).
+    delay: seconds to wait before answering; chunk_delay: between stream chunks.
+    logprobs: per generated token, [(token, logprob, [(alt_token, alt_logprob), ...]), ...];
+        sent in chat format on chat calls and in legacy format on completions calls.
+    body: raw body to send instead (bytes/str sent verbatim, dict as JSON) — garbage tests.
+    headers: extra response headers (e.g. Retry-After).
+    reasoning: a `reasoning_content` field, as thinking models on vLLM send.
+    truncate: for streams, close the connection after this many chunks without [DONE].
+    reset: close the connection without any response.
+    chunks: how to split `text` when streaming (default: words).
+    """
+
+    text: str = "ok"
+    status: int = 200
+    delay: float = 0.0
+    chunk_delay: float = 0.0
+    logprobs: list | None = None
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    reasoning: str | None = None
+    truncate: int | None = None
+    reset: bool = False
+    chunks: list[str] | None = None
+    finish_reason: str = "stop"
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any  # parsed JSON, or the raw text when not JSON
+
+
+class FakeBackend:
+    """The server. Replies come from `handler(body)` if set, else the queue, else `default`."""
+
+    def __init__(self, models: list[str] | None = None) -> None:
+        self.models = models or ["fake-model"]
+        self.requests: list[Recorded] = []
+        self.default = Reply("ok")
+        self.handler: Callable[[dict], Reply | str | None] | None = None
+        self.reject_n = False  # answer 400 to n > 1, as llama.cpp and Ollama do
+        self.no_logprobs = False  # ignore logprobs requests, as some servers do
+        self.latency = 0.0  # added to every reply
+        self._queue: deque[Reply] = deque()
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.active = 0
+        self.max_active = 0
+
+    # -- control ---------------------------------------------------------------------------
+    def start(self) -> FakeBackend:
+        backend = self
+
+        class Handler(_Handler):
+            owner = backend
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        server.request_queue_size = 256
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> FakeBackend:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        """Base URL to give openai clients and openai_chat_endpoint."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def queue(self, *replies: Reply | str) -> None:
+        with self._lock:
+            for r in replies:
+                self._queue.append(Reply(r) if isinstance(r, str) else r)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._queue.clear()
+            self.requests.clear()
+
+    @property
+    def chat_requests(self) -> list[dict]:
+        return [r.body for r in self.requests if r.path.endswith("/chat/completions")]
+
+    def next_reply(self, body: dict) -> Reply:
+        if self.handler is not None:
+            r = self.handler(body)
+            if r is not None:
+                return Reply(r) if isinstance(r, str) else r
+        with self._lock:
+            if self._queue:
+                return self._queue.popleft()
+        return self.default
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: FakeBackend
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:  # keep test output clean
+        pass
+
+    def do_GET(self) -> None:
+        self._record(None)
+        if self.path.rstrip("/").endswith("/models"):
+            data = [{"id": m, "object": "model", "owned_by": "fake"} for m in self.owner.models]
+            self._send_json(200, {"object": "list", "data": data})
+        else:
+            self._send_json(404, _error("not found", "invalid_request_error"))
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = raw.decode("utf-8", "replace")
+        self._record(body)
+        owner = self.owner
+        owner.active += 1
+        owner.max_active = max(owner.max_active, owner.active)
+        try:
+            self._answer(body)
+        finally:
+            owner.active -= 1
+
+    def _record(self, body: Any) -> None:
+        with self.owner._lock:
+            self.owner.requests.append(
+                Recorded(self.command, self.path, dict(self.headers.items()), body)
+            )
+
+    def _answer(self, body: Any) -> None:
+        path = self.path.rstrip("/")
+        if not isinstance(body, dict):
+            return self._send_json(400, _error("body is not JSON", "invalid_request_error"))
+        chat = path.endswith("/chat/completions")
+        if not chat and not path.endswith("/completions"):
+            return self._send_json(404, _error("not found", "invalid_request_error"))
+        n = int(body.get("n") or 1)
+        if n > 1 and self.owner.reject_n:
+            return self._send_json(400, _error("n > 1 is not supported", "invalid_request_error"))
+        replies = [self.owner.next_reply(body) for _ in range(n)]
+        first = replies[0]
+        wait = first.delay + self.owner.latency
+        if wait:
+            time.sleep(wait)
+        if first.reset:
+            self.connection.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+            )
+            self.close_connection = True
+            self.connection.close()
+            return
+        if first.status != 200 or first.body is not None:
+            payload = first.body
+            if payload is None:
+                payload = _error(first.text, "server_error", first.status)
+            return self._send_raw(first.status, payload, first.headers)
+        model = body.get("model", "fake-model")
+        if body.get("stream"):
+            return self._stream(first, model, chat, body)
+        want_logprobs = not self.owner.no_logprobs and (
+            body.get("logprobs") not in (None, False, 0)
+        )
+        choices = []
+        for i, r in enumerate(replies):
+            if chat:
+                message: dict[str, Any] = {"role": "assistant", "content": r.text}
+                if r.reasoning is not None:
+                    message["reasoning_content"] = r.reasoning
+                choice: dict[str, Any] = {
+                    "index": i,
+                    "message": message,
+                    "finish_reason": r.finish_reason,
+                }
+                if want_logprobs and r.logprobs is not None:
+                    choice["logprobs"] = {"content": _chat_logprobs(r.logprobs)}
+            else:
+                choice = {"index": i, "text": r.text, "finish_reason": r.finish_reason}
+                if want_logprobs and r.logprobs is not None:
+                    choice["logprobs"] = _legacy_logprobs(r.logprobs)
+                else:
+                    choice["logprobs"] = None
+            choices.append(choice)
+        prompt_tokens = len(json.dumps(body.get("messages") or body.get("prompt") or "")) // 4
+        completion_tokens = sum(max(1, len(r.text) // 4) for r in replies)
+        self._send_json(
+            200,
+            {
+                "id": "chatcmpl-fake" if chat else "cmpl-fake",
+                "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": choices,
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            },
+            first.headers,
+        )
+
+    def _stream(self, r: Reply, model: str, chat: bool, body: dict) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        for k, v in r.headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.close_connection = True
+        pieces = r.chunks if r.chunks is not None else _words(r.text)
+        try:
+            for i, piece in enumerate(pieces):
+                if r.truncate is not None and i >= r.truncate:
+                    return  # the connection closes mid-stream, without [DONE]
+                if chat:
+                    delta = {"content": piece}
+                    if i == 0:
+                        delta["role"] = "assistant"
+                    choice = {"index": 0, "delta": delta, "finish_reason": None}
+                    obj = "chat.completion.chunk"
+                else:
+                    choice = {"index": 0, "text": piece, "finish_reason": None}
+                    obj = "text_completion"
+                chunk = {
+                    "id": "chatcmpl-fake",
+                    "object": obj,
+                    "created": int(time.time()),
+                    "model": model,
+                    "choices": [choice],
+                }
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+                if r.chunk_delay:
+                    time.sleep(r.chunk_delay)
+            final = {"index": 0, "delta": {}, "finish_reason": r.finish_reason}
+            if not chat:
+                final = {"index": 0, "text": "", "finish_reason": r.finish_reason}
+            end = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [final],
+            }
+            self.wfile.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _send_json(self, status: int, payload: Any, headers: dict | None = None) -> None:
+        self._send_raw(status, payload, headers or {})
+
+    def _send_raw(self, status: int, payload: Any, headers: dict) -> None:
+        if isinstance(payload, bytes):
+            data = payload
+        elif isinstance(payload, str):
+            data = payload.encode()
+        else:
+            data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
+def _error(message: str, kind: str, code: int | None = None) -> dict:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def _words(text: str) -> list[str]:
+    """Split text into stream chunks that join back exactly."""
+    out, current = [], ""
+    for ch in text:
+        current += ch
+        if ch == " ":
+            out.append(current)
+            current = ""
+    if current:
+        out.append(current)
+    return out or [""]
+
+
+def _entry(token: str, logprob: float) -> dict:
+    return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
+
+
+def _chat_logprobs(spec: list) -> list[dict]:
+    out = []
+    for token, logprob, alts in spec:
+        item = _entry(token, logprob)
+        item["top_logprobs"] = [_entry(t, lp) for t, lp in alts]
+        out.append(item)
+    return out
+
+
+def _legacy_logprobs(spec: list) -> dict:
+    tokens, token_logprobs, top, offsets, pos = [], [], [], [], 0
+    for token, logprob, alts in spec:
+        tokens.append(token)
+        token_logprobs.append(logprob)
+        top.append(dict(alts))
+        offsets.append(pos)
+        pos += len(token)
+    return {
+        "tokens": tokens,
+        "token_logprobs": token_logprobs,
+        "top_logprobs": top,
+        "text_offset": offsets,
+    }
+
+
+if __name__ == "__main__":  # `python tests/fake_backend.py` serves until Ctrl-C (for manual runs)
+    b = FakeBackend().start()
+    print(b.url, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        b.stop()
