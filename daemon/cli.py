@@ -174,7 +174,7 @@ def settings_get(name: str, as_json: bool, home: Path | None) -> None:
         click.echo(json.dumps(row["value"]) if row["type"] == "json" else row["value"])
 
 
-@settings.command("set")
+@settings.command("set", context_settings={"ignore_unknown_options": True})
 @click.argument("name")
 @click.argument("value")
 @click.option("--json", "as_json", is_flag=True)
