@@ -38,7 +38,9 @@ def test_json_reply_carries_mode_session_ids_and_pending(client, backend):
     rows = stored(client, "kitchen")
     assert [row["id"] for row in rows] == [data["prompt_ids"]["user"], data["prompt_ids"]["reply"]]
     assert [(row["role"], row["content"]) for row in rows] == [
-        ("user", "hello"), ("assistant", "hi there")]
+        ("user", "hello"),
+        ("assistant", "hi there"),
+    ]
 
 
 def test_history_follows_the_session_and_comes_back_to_the_model(client, backend):
@@ -65,8 +67,9 @@ def test_session_from_query_and_json_body(client, backend):
 
 def test_server_sent_events_stream_chunks_and_end_with_done(client, backend):
     backend.queue(Reply("one two three"))
-    with client.stream("POST", "/v1", content="dali count",
-                       headers={"Accept": "text/event-stream"}) as r:
+    with client.stream(
+        "POST", "/v1", content="dali count", headers={"Accept": "text/event-stream"}
+    ) as r:
         assert r.headers["content-type"].startswith("text/event-stream")
         raw = "".join(r.iter_text())
     events = [e for e in raw.split("\n\n") if e]
@@ -163,8 +166,9 @@ def test_body_over_the_limit_is_413_without_reading_it_all(make_client, backend)
         (Reply(delay=2.0), 504, "did not answer within 0.5 seconds"),
     ],
 )
-def test_backend_failures_are_sentences_and_lose_nothing(make_client, backend, reply, status,
-                                                         words):
+def test_backend_failures_are_sentences_and_lose_nothing(
+    make_client, backend, reply, status, words
+):
     client = make_client(llm_timeout_secs=0.5)
     backend.queue(reply)
     r = client.post("/v1", content="dali are you there", headers=JSON)
@@ -234,8 +238,11 @@ def test_concurrent_writers_never_lose_a_row(client, backend):
     threads = [threading.Thread(target=send, args=(i,)) for i in range(40)]
     [t.start() for t in threads]
     [t.join() for t in threads]
-    contents = [r["content"] for r in client.get("/history", params={"limit": 1000}).json()[
-        "prompts"] if r["role"] == "user"]
+    contents = [
+        r["content"]
+        for r in client.get("/history", params={"limit": 1000}).json()["prompts"]
+        if r["role"] == "user"
+    ]
     assert sorted(contents) == sorted(f"message {i}" for i in range(40))
 
 
@@ -257,8 +264,12 @@ def test_promote_makes_a_prompt_operative(client, backend):
 def test_token_guards_every_route_but_healthz(make_client, backend):
     client = make_client(token="s3cret")
     assert client.get("/healthz").status_code == 200
-    for method, path in [("post", "/v1"), ("get", "/settings"), ("get", "/history"),
-                         ("put", "/settings/max_tokens")]:
+    for method, path in [
+        ("post", "/v1"),
+        ("get", "/settings"),
+        ("get", "/history"),
+        ("put", "/settings/max_tokens"),
+    ]:
         r = getattr(client, method)(path)
         assert r.status_code == 401 and "token" in r.json()["error"], path
         r = client.request(method, path, headers={"Authorization": "Bearer wrong"})

@@ -59,8 +59,13 @@ def test_installed_plugin_over_http_in_a_live_daemon(tmp_path, live, backend):
 def run_lmd(*args, env=None):
     import os
 
-    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], capture_output=True,
-                          text=True, cwd=ROOT, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "daemon.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_lmd_plugins_lists_plugins_hooks_modes_directives(tmp_path):
@@ -71,8 +76,7 @@ def test_lmd_plugins_lists_plugins_hooks_modes_directives(tmp_path):
     names = {p["name"]: p for p in info["plugins"]}
     assert "dali" in names and "echo" in names
     assert names["echo"]["modes"] == ["echo"]
-    assert set(names["echo"]["hooks"]) == {"register_modes", "register_settings",
-                                           "register_routes"}
+    assert set(names["echo"]["hooks"]) == {"register_modes", "register_settings", "register_routes"}
     assert info["directives"]["echo"] == ["echo", "eko"]
     assert info["tokenizer"].startswith(("tiktoken", "estimate"))
     text = run_lmd("plugins", env={"PYTHONPATH": str(site)}).stdout
@@ -99,7 +103,12 @@ def test_hookspecs_are_empty_functions_with_one_line_docstrings():
     from daemon import hookspecs
 
     specs = [f for n, f in vars(hookspecs).items() if inspect.isfunction(f)]
-    assert {f.__name__ for f in specs} >= {"register_modes", "register_settings",
-                                            "register_routes", "register_commands", "startup"}
+    assert {f.__name__ for f in specs} >= {
+        "register_modes",
+        "register_settings",
+        "register_routes",
+        "register_commands",
+        "startup",
+    }
     for f in specs:
         assert f.__doc__ and "\n" not in f.__doc__.strip()

@@ -78,8 +78,11 @@ def test_every_setting_is_documented_in_the_readme():
         (Setting("a", 1.0, "float"), "0.5", 0.5),
         (Setting("a", True, "bool"), "f", False),
         (Setting("a", True, "bool"), "Yes", True),
-        (Setting("a", "x", "choice", choices=("majority", "avg"), synonyms={"maj": "majority"}),
-         "MAJ", "majority"),
+        (
+            Setting("a", "x", "choice", choices=("majority", "avg"), synonyms={"maj": "majority"}),
+            "MAJ",
+            "majority",
+        ),
         (Setting("a", {}, "json"), '{"k": [1]}', {"k": [1]}),
         (Setting("a", "", "str"), "  Ubuntu 24.04 ", "Ubuntu 24.04"),
     ],
@@ -153,7 +156,9 @@ def test_http_bad_values_and_unknown_names(client):
     r = client.get("/settings/no_such_thing")
     assert r.status_code == 404 and "no setting called no_such_thing" in r.json()["error"]
     assert client.put("/settings/no_such_thing", content="1").status_code == 404
-    r = client.put("/settings/max_tokens", content="{", headers={"content-type": "application/json"})
+    r = client.put(
+        "/settings/max_tokens", content="{", headers={"content-type": "application/json"}
+    )
     assert r.status_code == 400 and "malformed" in r.json()["error"]
 
 
@@ -161,7 +166,10 @@ def test_http_bad_values_and_unknown_names(client):
 def lmd(*args, home, input=None):
     return subprocess.run(
         [sys.executable, "-m", "daemon.cli", *args, "--home", str(home)],
-        capture_output=True, text=True, input=input, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        input=input,
+        cwd=ROOT,
     )
 
 

@@ -1,0 +1,87 @@
+"""The SQLite store: a real file, WAL, migrations as functions, no lost rows."""
+
+import multiprocessing
+import sqlite3
+
+from daemon.store import Session, Store
+
+
+def test_wal_and_migrations_apply_once(tmp_path):
+    store = Store(tmp_path / "lmd.db")
+    first = store.migrate()
+    assert "core:m001_prompts" in first
+    assert store.migrate() == []  # idempotent on every open
+    calls = []
+    extra = [
+        (
+            "plugin:m001_things",
+            lambda db: calls.append(db.execute("CREATE TABLE things (id INTEGER PRIMARY KEY)")),
+        )
+    ]
+    assert store.migrate(extra) == ["plugin:m001_things"]
+    assert store.migrate(extra) == [] and len(calls) == 1
+    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert {"prompts", "sessions", "settings", "things"} <= set(store.db.table_names())
+
+
+def test_a_failing_migration_is_rolled_back_and_not_recorded(tmp_path):
+    store = Store(tmp_path / "lmd.db")
+    store.migrate()
+
+    def broken(db):
+        db.execute("CREATE TABLE half (id INTEGER)")
+        raise RuntimeError("boom")
+
+    try:
+        store.migrate([("p:broken", broken)])
+    except RuntimeError:
+        pass
+    assert "half" not in store.db.table_names()
+    assert store.migrate([("p:ok", lambda db: None)]) == ["p:ok"]
+
+
+def test_prompts_and_sessions_round_trip(tmp_path):
+    store = Store(tmp_path / "lmd.db")
+    store.migrate()
+    a = store.add_prompt("s", "user", "hello", tokens=2, karma=1000, mode="dali")
+    store.add_prompt("s", "error", "it failed", tokens=2, karma=0, status="error")
+    b = store.add_prompt("s", "assistant", "hi", tokens=1, karma=500, kind="decorative")
+    store.add_prompt("t", "user", "other", tokens=1, karma=1000)
+    assert [p.id for p in store.recent("s", 10)] == [a, b]  # errors never enter a context
+    assert [p.id for p in store.recent("s", 1)] == [b]
+    assert len(store.history("s")) == 3
+    store.set_karma([a], "operative", 2500)
+    assert store.prompt(a).kind == "operative" and store.prompt(a).karma == 2500
+    s = store.session("s")
+    s.mode, s.cwd, s.pending, s.state = "marat", "/tmp", {"mode": "marat"}, {"marat": {"x": 1}}
+    s.last_active = 5.0
+    store.save_session(s)
+    again = store.session("s")
+    assert again == Session(
+        "s", "marat", "/tmp", {"mode": "marat"}, {"marat": {"x": 1}}, 5.0, again.created_at
+    )
+    assert store.integrity() == "ok"
+
+
+def _writer(path, n, tag):
+    store = Store(path)
+    for i in range(n):
+        store.add_prompt(tag, "user", f"{tag}-{i}", tokens=1, karma=1)
+
+
+def test_concurrent_processes_never_lose_a_row(tmp_path):
+    path = tmp_path / "lmd.db"
+    Store(path).migrate()
+    procs = [multiprocessing.Process(target=_writer, args=(path, 200, f"w{k}")) for k in range(4)]
+    [p.start() for p in procs]
+    [p.join() for p in procs]
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT count(*) FROM prompts").fetchone()[0] == 800
+    for k in range(4):
+        rows = [
+            r[0]
+            for r in conn.execute(
+                "SELECT content FROM prompts WHERE session = ? ORDER BY id", [f"w{k}"]
+            )
+        ]
+        assert rows == [f"w{k}-{i}" for i in range(200)]
