@@ -59,7 +59,7 @@ class Reply:
 class Recorded:
     method: str
     path: str
-    headers: dict[str, str]
+    headers: Any  # an http.client.HTTPMessage: case-insensitive, headers["authorization"]
     body: Any  # parsed JSON, or the raw text when not JSON
 
 
@@ -177,7 +177,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _record(self, body: Any) -> None:
         with self.owner._lock:
             self.owner.requests.append(
-                Recorded(self.command, self.path, dict(self.headers.items()), body)
+                Recorded(self.command, self.path, self.headers, body)
             )
 
     def _answer(self, body: Any) -> None:
