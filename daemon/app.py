@@ -333,6 +333,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await daemon.warm_up()
         await daemon.call_hook("startup")
         try:
             yield

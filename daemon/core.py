@@ -152,6 +152,19 @@ class Daemon:
             self._directives = (cache_key, build_table(self.modes, aliases))
         return self._directives[1]
 
+    async def warm_up(self) -> None:
+        """Import the backend client and load the tokenizer now, not on the first request."""
+        from . import tokens
+
+        settings = self.settings()
+        self.llm(settings)
+        try:
+            await asyncio.wait_for(
+                asyncio.to_thread(tokens.encoding_for, settings["openai_model"]), 10
+            )
+        except TimeoutError:
+            pass  # counting falls back to the estimate if tiktoken is still stuck
+
     async def call_hook(self, name: str) -> None:
         """Run startup/shutdown hooks, awaiting those that return awaitables."""
         for result in getattr(self.pm.hook, name)(daemon=self):

@@ -1,0 +1,217 @@
+"""Core benchmarks (issue: the daemon core). Prints numbers and ratios; asserts nothing.
+
+(a) the daemon's added latency for a dali request (10,000 prompts of history in the session)
+    against a backend answering instantly, vs calling that backend directly with openai;
+(b) 64 concurrent requests on 64 sessions against a 100 ms backend, vs one request;
+(c) context selection with 1,000,000 rows in `prompts`, vs the same with 1,000 rows;
+(d) `lmd --help` and `lmd say` wall time vs `python -c pass`.
+
+Run: .venv/bin/python benchmarks/bench_core.py [--quick]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from conftest import LiveDaemon, configure  # noqa: E402
+from fake_backend import FakeBackend  # noqa: E402
+
+QUICK = "--quick" in sys.argv
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(p / 100 * len(values)))]
+
+
+def ms(x: float) -> str:
+    return f"{x * 1000:.2f} ms"
+
+
+def fill_history(home: Path, session: str, n: int, other_rows: int = 0) -> None:
+    from daemon.store import Store
+
+    store = Store(home / "lmd.db")
+    store.migrate()
+    now = time.time()
+    rows = [(session, "user" if i % 2 == 0 else "assistant", f"message number {i} " * 5, 25,
+             1000.0, "default", "dali", now - (n - i) * 30) for i in range(n)]
+    rows += [(f"other{i % 1000}", "user", f"filler {i}", 3, 1000.0, "default", "dali", now)
+             for i in range(other_rows)]
+    with store.transaction() as db:
+        db.conn.executemany(
+            "INSERT INTO prompts (session, role, content, tokens, karma, kind, mode, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    store.close()
+
+
+def bench_latency(backend: FakeBackend, tmp: Path) -> None:
+    import httpx
+    import openai
+
+    n = 100 if QUICK else 400
+    home = tmp / "a"
+    configure(home, openai_chat_endpoint=backend.url, openai_model="fake-model",
+              llm_max_retries=0)
+    fill_history(home, "bench", 10_000)
+    daemon = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
+    # The baseline is the client the daemon itself uses (AsyncOpenAI), driven from a loop
+    # in this process, alternating with requests through the daemon.
+    loop = asyncio.new_event_loop()
+    direct = openai.AsyncOpenAI(base_url=backend.url, api_key="x", max_retries=0)
+    messages = [{"role": "user", "content": "hi"}]
+
+    def call_direct() -> None:
+        loop.run_until_complete(
+            direct.chat.completions.create(model="fake-model", messages=messages))
+
+    try:
+        http = httpx.Client(base_url=daemon.url, headers={"X-Session": "bench"})
+        for _ in range(20):  # warm up both paths
+            call_direct()
+            http.post("/v1", content="dali hi")
+        base, through = [], []
+        for _ in range(n):
+            t = time.perf_counter()
+            call_direct()
+            base.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            r = http.post("/v1", content="dali hi")
+            through.append(time.perf_counter() - t)
+            assert r.status_code == 200
+        sent = len(backend.chat_requests[-1]["messages"])
+        loop.run_until_complete(direct.close())
+        loop.close()
+    finally:
+        daemon.stop()
+    b50, b95 = pct(base, 50), pct(base, 95)
+    d50, d95 = pct(through, 50), pct(through, 95)
+    print(f"(a) {n} dali requests, 10,000 prompts of history ({sent} messages sent per call)")
+    print(f"    direct AsyncOpenAI   p50 {ms(b50)}  p95 {ms(b95)}")
+    print(f"    through lmd /v1      p50 {ms(d50)}  p95 {ms(d95)}")
+    print(f"    added by lmd         p50 {ms(d50 - b50)}  p95 {ms(d95 - b95)}"
+          f"  (ratio p50 {d50 / b50:.2f}x; target: added p50 < 2 ms)")
+
+
+def bench_concurrency(backend: FakeBackend, tmp: Path) -> None:
+    import httpx
+
+    home = tmp / "b"
+    configure(home, openai_chat_endpoint=backend.url, openai_model="fake-model",
+              llm_max_retries=0)
+    daemon = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
+    backend.latency = 0.1
+    try:
+        with httpx.Client(base_url=daemon.url) as http:
+            http.post("/v1", content="dali warm up")
+            singles = []
+            for _ in range(5):
+                t = time.perf_counter()
+                http.post("/v1", content="dali one", headers={"X-Session": "single"})
+                singles.append(time.perf_counter() - t)
+        one = statistics.median(singles)
+        rounds = []
+        for _ in range(3):
+            statuses = []
+
+            def send(i: int) -> None:
+                with httpx.Client(base_url=daemon.url, timeout=30) as c:
+                    statuses.append(c.post("/v1", content=f"dali hi {i}",
+                                           headers={"X-Session": f"s{i}"}).status_code)
+
+            threads = [threading.Thread(target=send, args=(i,)) for i in range(64)]
+            t = time.perf_counter()
+            [th.start() for th in threads]
+            [th.join() for th in threads]
+            rounds.append(time.perf_counter() - t)
+            assert statuses.count(200) == 64, statuses
+        many = statistics.median(rounds)
+    finally:
+        backend.latency = 0.0
+        daemon.stop()
+    print("(b) 64 concurrent requests on 64 sessions, backend latency 100 ms")
+    print(f"    one request {ms(one)}; 64 at once {ms(many)} (median of 3)"
+          f"  ratio {many / one:.2f}x (target < 1.5x)")
+
+
+def bench_selection(tmp: Path) -> None:
+    from daemon import karma
+    from daemon.core_settings import CORE_SETTINGS
+    from daemon.store import Store
+
+    defaults = {s.name: s.default for s in CORE_SETTINGS}
+    params = karma.Params.from_settings(defaults)
+    results = {}
+    for total in (1_000, 1_000_000):
+        home = tmp / f"c{total}"
+        fill_history(home, "target", 1_000 if total == 1_000 else 10_000,
+                     other_rows=0 if total == 1_000 else total - 10_000)
+        store = Store(home / "lmd.db")
+        store.migrate()
+        times = []
+        for _ in range(200):
+            t = time.perf_counter()
+            recent = store.recent("target", defaults["recent_history_limit"])
+            chosen = karma.select(recent, params, time.time(), defaults["max_tokens"],
+                                  defaults["min_score_to_include_prompt"])
+            times.append(time.perf_counter() - t)
+        count = store.db.execute("SELECT count(*) FROM prompts").fetchone()[0]
+        results[total] = (statistics.median(times), pct(times, 95), count, len(chosen))
+        store.close()
+    small, big = results[1_000], results[1_000_000]
+    print(f"(c) context selection (newest {defaults['recent_history_limit']} + karma)")
+    print(f"    {small[2]:>9,} rows: p50 {ms(small[0])}  p95 {ms(small[1])}")
+    print(f"    {big[2]:>9,} rows: p50 {ms(big[0])}  p95 {ms(big[1])}"
+          f"  ratio {big[0] / small[0]:.2f}x (target < 10 ms)  kept {big[3]} prompts")
+
+
+def bench_startup(tmp: Path, backend: FakeBackend) -> None:
+    py = sys.executable
+    env = {**os.environ, "LMD_TOKENIZER": "estimate"}
+
+    def wall(args: list[str], n: int = 15) -> float:
+        times = []
+        for _ in range(n):
+            t = time.perf_counter()
+            subprocess.run(args, capture_output=True, env=env, cwd=ROOT)
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+    home = tmp / "d"
+    configure(home, openai_chat_endpoint=backend.url, openai_model="fake-model")
+    daemon = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
+    try:
+        base = wall([py, "-c", "pass"])
+        lmd = str(Path(py).with_name("lmd"))
+        helptime = wall([lmd, "--help"])
+        say = wall([lmd, "say", "--url", daemon.url, "dali", "hi"])
+    finally:
+        daemon.stop()
+    print("(d) start-up wall time (median of 15)")
+    print(f"    python -c pass {ms(base)}")
+    print(f"    lmd --help     {ms(helptime)}  ratio {helptime / base:.2f}x (target < 120 ms)")
+    print(f"    lmd say        {ms(say)}  ratio {say / base:.2f}x (includes the round trip)")
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as d, FakeBackend() as backend:
+        tmp = Path(d)
+        bench_latency(backend, tmp)
+        bench_concurrency(backend, tmp)
+        bench_selection(tmp)
+        bench_startup(tmp, backend)
+
+
+if __name__ == "__main__":
+    main()
