@@ -85,6 +85,8 @@ def serve(bind: str, token: str | None, home: Path | None) -> None:
         level=os.environ.get("LMD_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for noisy in ("httpx", "httpcore", "openai"):  # one line per backend call is noise
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         sys.exit(run(bind, home, token or None))
     except LmdError as e:
