@@ -45,14 +45,29 @@ def fill_history(home: Path, session: str, n: int, other_rows: int = 0) -> None:
     store = Store(home / "lmd.db")
     store.migrate()
     now = time.time()
-    rows = [(session, "user" if i % 2 == 0 else "assistant", f"message number {i} " * 5, 25,
-             1000.0, "default", "dali", now - (n - i) * 30) for i in range(n)]
-    rows += [(f"other{i % 1000}", "user", f"filler {i}", 3, 1000.0, "default", "dali", now)
-             for i in range(other_rows)]
+    rows = [
+        (
+            session,
+            "user" if i % 2 == 0 else "assistant",
+            f"message number {i} " * 5,
+            25,
+            1000.0,
+            "default",
+            "dali",
+            now - (n - i) * 30,
+        )
+        for i in range(n)
+    ]
+    rows += [
+        (f"other{i % 1000}", "user", f"filler {i}", 3, 1000.0, "default", "dali", now)
+        for i in range(other_rows)
+    ]
     with store.transaction() as db:
         db.conn.executemany(
             "INSERT INTO prompts (session, role, content, tokens, karma, kind, mode, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
     store.close()
 
 
@@ -62,8 +77,7 @@ def bench_latency(backend: FakeBackend, tmp: Path) -> None:
 
     n = 100 if QUICK else 400
     home = tmp / "a"
-    configure(home, openai_chat_endpoint=backend.url, openai_model="fake-model",
-              llm_max_retries=0)
+    configure(home, openai_chat_endpoint=backend.url, openai_model="fake-model", llm_max_retries=0)
     fill_history(home, "bench", 10_000)
     daemon = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
     # The baseline is the client the daemon itself uses (AsyncOpenAI), driven from a loop
@@ -74,7 +88,8 @@ def bench_latency(backend: FakeBackend, tmp: Path) -> None:
 
     def call_direct() -> None:
         loop.run_until_complete(
-            direct.chat.completions.create(model="fake-model", messages=messages))
+            direct.chat.completions.create(model="fake-model", messages=messages)
+        )
 
     try:
         http = httpx.Client(base_url=daemon.url, headers={"X-Session": "bench"})
@@ -100,16 +115,17 @@ def bench_latency(backend: FakeBackend, tmp: Path) -> None:
     print(f"(a) {n} dali requests, 10,000 prompts of history ({sent} messages sent per call)")
     print(f"    direct AsyncOpenAI   p50 {ms(b50)}  p95 {ms(b95)}")
     print(f"    through lmd /v1      p50 {ms(d50)}  p95 {ms(d95)}")
-    print(f"    added by lmd         p50 {ms(d50 - b50)}  p95 {ms(d95 - b95)}"
-          f"  (ratio p50 {d50 / b50:.2f}x; target: added p50 < 2 ms)")
+    print(
+        f"    added by lmd         p50 {ms(d50 - b50)}  p95 {ms(d95 - b95)}"
+        f"  (ratio p50 {d50 / b50:.2f}x; target: added p50 < 2 ms)"
+    )
 
 
 def bench_concurrency(backend: FakeBackend, tmp: Path) -> None:
     import httpx
 
     home = tmp / "b"
-    configure(home, openai_chat_endpoint=backend.url, openai_model="fake-model",
-              llm_max_retries=0)
+    configure(home, openai_chat_endpoint=backend.url, openai_model="fake-model", llm_max_retries=0)
     daemon = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
     backend.latency = 0.1
     try:
@@ -125,10 +141,13 @@ def bench_concurrency(backend: FakeBackend, tmp: Path) -> None:
         for _ in range(3):
             statuses = []
 
-            def send(i: int) -> None:
+            def send(i: int, statuses: list = statuses) -> None:
                 with httpx.Client(base_url=daemon.url, timeout=30) as c:
-                    statuses.append(c.post("/v1", content=f"dali hi {i}",
-                                           headers={"X-Session": f"s{i}"}).status_code)
+                    statuses.append(
+                        c.post(
+                            "/v1", content=f"dali hi {i}", headers={"X-Session": f"s{i}"}
+                        ).status_code
+                    )
 
             threads = [threading.Thread(target=send, args=(i,)) for i in range(64)]
             t = time.perf_counter()
@@ -141,8 +160,10 @@ def bench_concurrency(backend: FakeBackend, tmp: Path) -> None:
         backend.latency = 0.0
         daemon.stop()
     print("(b) 64 concurrent requests on 64 sessions, backend latency 100 ms")
-    print(f"    one request {ms(one)}; 64 at once {ms(many)} (median of 3)"
-          f"  ratio {many / one:.2f}x (target < 1.5x)")
+    print(
+        f"    one request {ms(one)}; 64 at once {ms(many)} (median of 3)"
+        f"  ratio {many / one:.2f}x (target < 1.5x)"
+    )
 
 
 def bench_selection(tmp: Path) -> None:
@@ -155,16 +176,25 @@ def bench_selection(tmp: Path) -> None:
     results = {}
     for total in (1_000, 1_000_000):
         home = tmp / f"c{total}"
-        fill_history(home, "target", 1_000 if total == 1_000 else 10_000,
-                     other_rows=0 if total == 1_000 else total - 10_000)
+        fill_history(
+            home,
+            "target",
+            1_000 if total == 1_000 else 10_000,
+            other_rows=0 if total == 1_000 else total - 10_000,
+        )
         store = Store(home / "lmd.db")
         store.migrate()
         times = []
         for _ in range(200):
             t = time.perf_counter()
             recent = store.recent("target", defaults["recent_history_limit"])
-            chosen = karma.select(recent, params, time.time(), defaults["max_tokens"],
-                                  defaults["min_score_to_include_prompt"])
+            chosen = karma.select(
+                recent,
+                params,
+                time.time(),
+                defaults["max_tokens"],
+                defaults["min_score_to_include_prompt"],
+            )
             times.append(time.perf_counter() - t)
         count = store.db.execute("SELECT count(*) FROM prompts").fetchone()[0]
         results[total] = (statistics.median(times), pct(times, 95), count, len(chosen))
@@ -172,8 +202,10 @@ def bench_selection(tmp: Path) -> None:
     small, big = results[1_000], results[1_000_000]
     print(f"(c) context selection (newest {defaults['recent_history_limit']} + karma)")
     print(f"    {small[2]:>9,} rows: p50 {ms(small[0])}  p95 {ms(small[1])}")
-    print(f"    {big[2]:>9,} rows: p50 {ms(big[0])}  p95 {ms(big[1])}"
-          f"  ratio {big[0] / small[0]:.2f}x (target < 10 ms)  kept {big[3]} prompts")
+    print(
+        f"    {big[2]:>9,} rows: p50 {ms(big[0])}  p95 {ms(big[1])}"
+        f"  ratio {big[0] / small[0]:.2f}x (target < 10 ms)  kept {big[3]} prompts"
+    )
 
 
 def bench_startup(tmp: Path, backend: FakeBackend) -> None:

@@ -186,9 +186,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _record(self, body: Any) -> None:
         with self.owner._lock:
-            self.owner.requests.append(
-                Recorded(self.command, self.path, self.headers, body)
-            )
+            self.owner.requests.append(Recorded(self.command, self.path, self.headers, body))
 
     def _answer(self, body: Any) -> None:
         path = self.path.rstrip("/")
