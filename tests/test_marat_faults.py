@@ -152,7 +152,8 @@ def test_backend_failing_mid_loop_keeps_every_turn(runs, backend):
 
 
 def _timed(name: str) -> str:
-    return f"echo {name} start $(date +%s.%N) >> ../log; sleep 0.4; echo {name} end $(date +%s.%N) >> ../log"
+    stamp = "$(date +%s.%N) >> ../log"
+    return f"echo {name} start {stamp}; sleep 0.4; echo {name} end {stamp}"
 
 
 def test_same_session_serialised_different_sessions_parallel(live, home, backend, tmp_path):
