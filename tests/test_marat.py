@@ -129,27 +129,35 @@ def test_git_add_and_commit_asks_then_commits(marat, backend, projects):
 
 
 def test_seed_scenario_over_a_live_daemon(live, home, backend, projects):
+    from daemon.cli import cli
+
     configure(home, marat_start_dir=str(projects["repo"]))
     daemon = live(env=GIT_ENV)
     command = "git add example.rs && git commit -m 'Add example.rs'"
     backend.queue(action(command))
-    status, body = say_live(daemon.url, "Marat, git add example.rs. Next commit it.")
-    assert status == 200 and body["pending"]["command"] == command
+    lmd = CliRunner()
+    out = lmd.invoke(
+        cli, ["say", "--url", daemon.url, "--json", "Marat, git add example.rs. Next commit it."]
+    )
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["pending"]["command"] == command
     backend.queue(final("Done, example.rs is committed."))
-    status, body = say_live(daemon.url, "do it")
-    assert status == 200, body
-    assert body["reply"].startswith("Done, example.rs is committed.")
+    out = lmd.invoke(cli, ["say", "--url", daemon.url, "do it"])  # plain text, as heard
+    assert out.exit_code == 0, out.output
+    assert out.output.startswith("Done, example.rs is committed.\n\n[main ")
     assert git(projects["repo"], "log", "-1", "--format=%s") == "Add example.rs"
-    assert body["commands"][0]["exit_code"] == 0
+    # The daemon keeps the session's state: a JSON request still sees the repo as cwd.
+    backend.queue(action("git status --short"), final("Clean."))
+    status, body = say_live(daemon.url, "marat is the tree clean", session="default")
+    assert status == 200 and body["commands"][0]["cwd"] == str(projects["repo"])
     # The audit is on disk: `lmd history --commands` reads it.
-    from daemon.cli import cli
-
-    out = CliRunner().invoke(cli, ["history", "--commands", "--home", str(home)])
+    out = lmd.invoke(cli, ["history", "--commands", "--home", str(home)])
     assert out.exit_code == 0, out.output
     assert "user ('do it')" in out.output and "git add example.rs && git commit" in out.output
-    as_json = CliRunner().invoke(cli, ["history", "--commands", "--json", "--home", str(home)])
+    as_json = lmd.invoke(cli, ["history", "--commands", "--json", "--home", str(home)])
     rows = json.loads(as_json.output)
-    assert rows[0]["approval"] == "user" and rows[0]["cwd"] == str(projects["repo"])
+    assert [r["approval"] for r in rows] == ["user", "read-only"]
+    assert rows[0]["cwd"] == str(projects["repo"]) and rows[0]["exit_code"] == 0
 
 
 # -- approval --------------------------------------------------------------------------------
