@@ -53,6 +53,7 @@ def test_show_current_dir_and_list_files(marat, backend, projects):
     system = first["messages"][0]
     assert system["role"] == "system" and "TestOS 7" in system["content"]
     assert other in system["content"]
+    assert first["stop"] == ["\nObservation:"] and first["model"] == "fake-model"
     assert first["messages"][-1] == {
         "role": "user",
         "content": "show me current dir and list files",
@@ -213,6 +214,30 @@ def test_marat_yes_with_the_directive_also_approves(marat, backend, projects):
     assert target.exists() and body["reply"] == "Created."
 
 
+def test_marat_yes_after_a_detour_does_not_approve(marat, backend, projects):
+    target = _ask_to_touch(marat, backend, projects)
+    backend.queue("A joke.")
+    say(marat, "dali tell me a joke")
+    backend.queue(final("Nothing pending."))
+    body = say(marat, "marat yes").json()
+    assert not target.exists() and body["reply"] == "Nothing pending."
+    assert backend.chat_requests[-1]["messages"][-1]["content"] == "yes"
+
+
+def test_start_dir_falls_back_to_home(make_client, backend, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    c = make_client(marat_start_dir=str(tmp_path / "missing"))
+    backend.queue(action("pwd"), final("Home."))
+    body = say(c, "marat where am I").json()
+    assert body["commands"][0]["cwd"] == str(tmp_path)
+    assert str(tmp_path) in backend.chat_requests[0]["messages"][0]["content"]
+
+
+def test_empty_final_thought_still_answers(marat, backend):
+    backend.queue("Final Thought:")
+    assert say(marat, "marat nothing").json()["reply"] == "Done."
+
+
 def test_approval_never_and_always(make_client, backend, projects):
     c = make_client(marat_start_dir=str(projects["other"]), marat_approval="never")
     backend.queue(action("touch direct.txt"), final("Made it."))
@@ -320,3 +345,19 @@ def test_promoted_prompt_survives_pruning(make_client, backend):
     sent = messages_text(backend.chat_requests[-1])
     assert "the build server is called hopper" in sent  # distance 5, operative
     assert "the weather is mild today" not in sent  # distance 4, default: pruned
+
+
+def test_settings_declared_in_sql_code_and_readme():
+    import re
+
+    from conftest import ROOT
+
+    from plugins.marat import SETTINGS
+
+    sql = (ROOT / "settings.sql").read_text()
+    block = sql.split("-- == marat ==")[1].split("-- ==")[0]
+    rows = dict(re.findall(r"VALUES \('(\w+)', '([^']*)'\)", block))
+    assert rows == {s.name: s.dump(s.default) for s in SETTINGS}
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("<!-- marat -->")[1].split("<!-- /marat -->")[0]
+    assert all(f"`{s.name}`" in section for s in SETTINGS)

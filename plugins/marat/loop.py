@@ -96,9 +96,17 @@ def _pending_approval(ctx: Context) -> dict | None:
         return ctx.pending
     kept = ctx.state.get("approval")
     idle = ctx.settings["end_session_after_idle_secs"]
-    if kept and time.time() - kept.get("created_at", 0) < idle and answer_word(ctx.text):
+    if not kept or time.time() - kept.get("created_at", 0) >= idle or not answer_word(ctx.text):
+        return None
+    # Only when the question was the last thing said: not after a detour to another mode.
+    before = [p for p in ctx.store.history(ctx.session.name, 2) if p.id < ctx.user_prompt_id]
+    if before and before[-1].content == question(kept["command"]):
         return kept
     return None
+
+
+def question(command: str) -> str:
+    return f"I am about to run: {command}. Say yes to run it, or no."
 
 
 def _remember(ctx: Context, fact: str) -> str:
@@ -135,7 +143,8 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
         cwd, _note = start_dir(ctx.session.cwd, s["marat_start_dir"])
         messages = [{"role": "system", "content": prompt.system_prompt(s["system"], cwd)}]
         messages += ctx.messages()
-        text = await ctx.llm.chat(messages)
+        # Stopping at "Observation:" keeps the model from inventing a command's output.
+        text = await ctx.llm.chat(messages, stop=["\nObservation:"])
         task.loop_ids.append(ctx.add_prompt("assistant", text, "default", {"marat": "thought"}))
         step = prompt.parse_reply(text)
         if step.final is not None:
@@ -151,7 +160,7 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
             ctx.set_pending(pending)
             ctx.state["approval"] = ctx.session.pending
             ctx.reply_kind = "decorative"
-            yield f"I am about to run: {command}. Say yes to run it, or no."
+            yield question(command)
             return
         approval = "never" if s["marat_approval"] == "never" else "read-only"
         await _run(ctx, task, command, approval)
@@ -215,6 +224,7 @@ def _finish_karma(ctx: Context, task: Task, done: bool) -> None:
 
 def _final_reply(final: str, task: Task) -> str:
     """The final thought, plus the last command's output when it adds something."""
+    final = final or "Done."
     output = (task.last_output or "").strip()
     if not output or output in final:
         return final
