@@ -361,3 +361,21 @@ def test_settings_declared_in_sql_code_and_readme():
     readme = (ROOT / "README.md").read_text()
     section = readme.split("<!-- marat -->")[1].split("<!-- /marat -->")[0]
     assert all(f"`{s.name}`" in section for s in SETTINGS)
+
+
+def test_streaming_client_gets_the_question_and_the_pending(marat, backend):
+    backend.queue(action("touch streamed.txt"))
+    r = marat.post(
+        "/v1",
+        content=b"marat make streamed.txt",
+        headers={"Accept": "text/event-stream", "X-Session": "sse"},
+    )
+    events = [line for line in r.text.split("\n") if line.startswith(("data:", "event:"))]
+    assert json.loads(events[0][len("data: ") :]) == question_text("touch streamed.txt")
+    outcome = json.loads(events[events.index("event: outcome") + 1][len("data: ") :])
+    assert outcome["pending"]["command"] == "touch streamed.txt"
+    assert events[-1] == "data: [DONE]"
+
+
+def question_text(command: str) -> str:
+    return f"I am about to run: {command}. Say yes to run it, or no."

@@ -3,6 +3,7 @@ vanishing cwd, concurrent requests and a backend that fails mid-loop. Real bash 
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -42,7 +43,7 @@ def test_hanging_command_is_killed_with_its_group(runs, backend, work):
     assert time.monotonic() - start < 5
     assert body["reply"].startswith("It hung.")
     obs = observation(backend)
-    assert "timed out after 0 seconds and was killed" in obs or "timed out after 1 seconds" in obs
+    assert re.search(r"^Observation: timed out after \d+ seconds and was killed", obs)
     assert body["commands"][0]["timed_out"] is True
     time.sleep(1.2)
     assert not (work / "survived").exists()
@@ -153,7 +154,7 @@ def test_backend_failing_mid_loop_keeps_every_turn(runs, backend):
 
 def _timed(name: str) -> str:
     stamp = "$(date +%s.%N) >> ../log"
-    return f"echo {name} start {stamp}; sleep 0.4; echo {name} end {stamp}"
+    return f"echo {name} start {stamp}; sleep 0.8; echo {name} end {stamp}"
 
 
 def test_same_session_serialised_different_sessions_parallel(live, home, backend, tmp_path):
