@@ -127,6 +127,17 @@ def test_git_add_and_commit_asks_then_commits(marat, backend, projects):
     assert "[main " in body["reply"] and "Add example.rs with a hello world main" in body["reply"]
     last = backend.chat_requests[-1]["messages"][-1]["content"]
     assert last.startswith("Observation: exit code 0") and "1 file changed" in last
+    # Karma after the task spans both requests.
+    kinds = [(r["role"], r["kind"], r["content"][:20]) for r in history(marat)]
+    assert kinds == [
+        ("user", "contextual", "git add example.rs. "),
+        ("assistant", "decorative", "Thought: I stage and"),
+        ("assistant", "decorative", "I am about to run: g"),
+        ("user", "decorative", "Yes."),
+        ("user", "decorative", "Observation: exit co"),
+        ("assistant", "decorative", "Thought: That is all"),
+        ("assistant", "contextual", "I committed example."),
+    ]
 
 
 def test_seed_scenario_over_a_live_daemon(live, home, backend, projects):
@@ -222,6 +233,9 @@ def test_marat_yes_after_a_detour_does_not_approve(marat, backend, projects):
     body = say(marat, "marat yes").json()
     assert not target.exists() and body["reply"] == "Nothing pending."
     assert backend.chat_requests[-1]["messages"][-1]["content"] == "yes"
+    # The unanswered question's loop no longer counts as ordinary history.
+    thought = next(r for r in history(marat) if r["content"] == action("touch made.txt"))
+    assert thought["kind"] == "decorative"
 
 
 def test_start_dir_falls_back_to_home(make_client, backend, tmp_path, monkeypatch):

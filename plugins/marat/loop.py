@@ -64,7 +64,10 @@ class Task:
 
 async def respond(ctx: Context) -> AsyncIterator[str]:
     pending = _pending_approval(ctx)
-    ctx.state.pop("approval", None)
+    stale = ctx.state.pop("approval", None)
+    if pending is None and stale:
+        # A question nobody answered (expired, or the user moved on): its loop is done with.
+        _finish_karma(ctx, Task.from_pending(stale), done=False)
     if pending is not None:
         word = answer_word(ctx.text)
         task = Task.from_pending(pending)
