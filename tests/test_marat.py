@@ -393,3 +393,11 @@ def test_streaming_client_gets_the_question_and_the_pending(marat, backend):
 
 def question_text(command: str) -> str:
     return f"I am about to run: {command}. Say yes to run it, or no."
+
+
+def test_remember_to_do_something_is_a_task_not_a_promotion(marat, backend):
+    backend.queue(final("I cannot set reminders."))
+    body = say(marat, "marat remember to water the plants").json()
+    assert "promoted" not in body and body["reply"] == "I cannot set reminders."
+    assert backend.chat_requests[0]["messages"][-1]["content"] == "remember to water the plants"
+    assert say(marat, "marat remember").json()["promoted"]  # bare: promotes the last answer

@@ -24,7 +24,7 @@ NO_WORDS = {"no", "nope", "cancel", "stop", "don't", "dont", "do", "not", "abort
             "mind", "thanks", "it", "run", "please", "that", "forget"}  # fmt: skip
 NO_STRONG = {"no", "nope", "cancel", "stop", "don't", "dont", "not", "abort", "never", "forget"}
 
-_REMEMBER = re.compile(r"^\s*remember\b\s*(?:[:,\-]\s*|that\s+)?(.*)$", re.I | re.S)
+_REMEMBER = re.compile(r"^\s*remember\b(?:\s*[:,\-]\s*|\s+that\b\s*|\s*$)(.*)$", re.I | re.S)
 _THAT = {"", "this", "that", "it", "the last answer", "the answer", "what you said"}
 
 
