@@ -84,6 +84,7 @@ async def bench_loop(iterations: int, requests: int) -> dict:
         for r in range(requests + 1):  # the first request warms up imports and connections
             backend.queue(*[action("true")] * iterations, "Final Thought: done.")
             llm_timer.total = cmd_timer.total = 0.0
+            llm_timer.calls = cmd_timer.calls = 0
             start = time.perf_counter()
             outcome = Outcome(session=f"bench{r}")
             async for _ in run_turn(daemon, outcome.session, "marat run true a lot", outcome):
