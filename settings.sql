@@ -77,6 +77,12 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('shutdown_grace_secs', '10'
 
 
 -- == marat ==
+-- Which marat commands wait for a spoken yes: never, unsafe (all but clearly read-only ones), always.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('marat_approval', 'unsafe');
+-- Seconds one marat command may run before its whole process group is killed.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('marat_command_timeout_secs', '30.0');
+-- Directory a new session's marat commands start in (~ is the user's home).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('marat_start_dir', '~');
 
 
 

@@ -217,13 +217,27 @@ def settings_reset(name: str, as_json: bool, home: Path | None) -> None:
 @click.option("--session", "-s", help="Only this session.")
 @click.option("--limit", "-n", default=20, show_default=True, type=click.IntRange(1, 100000))
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--commands", is_flag=True, help="Executed commands (a plugin's audit) instead.")
 @home_option
 @click.pass_context
 def history(
-    ctx: click.Context, session: str | None, limit: int, as_json: bool, home: Path | None
+    ctx: click.Context,
+    session: str | None,
+    limit: int,
+    as_json: bool,
+    commands: bool,
+    home: Path | None,
 ) -> None:
     """Stored prompts with their karma and the score each would get now."""
     if ctx.invoked_subcommand is not None:
+        return
+    if commands:
+        # A plugin that runs commands (marat) adds a `commands` subcommand to this group.
+        cli._load_plugins()
+        listing = history.commands.get("commands")
+        if listing is None:
+            fail("No plugin records executed commands; enable marat to get an audit.")
+        ctx.invoke(listing, session=session, limit=limit, as_json=as_json, home=home)
         return
     from .app import prompt_rows
 

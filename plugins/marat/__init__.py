@@ -1,1 +1,90 @@
-"""The marat plugin (being built; registers nothing yet)."""
+"""`marat`: speak a task, the daemon runs bash for you.
+
+A thought loop (Thought / Action / Observation / Final Thought) with one command per model
+turn, a working directory that persists per session, timeouts, an approval step a voice user
+can answer, an audit of every command, and the "remember: ..." phrase for operative prompts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from daemon.hookspecs import hookimpl
+from daemon.modes import Context, Mode
+from daemon.settings import Setting
+
+from .safety import is_read_only
+
+__all__ = ["is_read_only", "SETTINGS"]
+
+SETTINGS = [
+    Setting(
+        "marat_approval",
+        "unsafe",
+        "choice",
+        "Which commands wait for a spoken yes: never, unsafe (all but clearly read-only), always.",
+        choices=("never", "unsafe", "always"),
+        synonyms={"none": "never", "off": "never", "all": "always", "safe": "unsafe"},
+    ),
+    Setting(
+        "marat_command_timeout_secs",
+        30.0,
+        "float",
+        "Seconds one command may run before its whole process group is killed.",
+        min=0.1,
+        max=86400,
+    ),
+    Setting(
+        "marat_start_dir",
+        "~",
+        "str",
+        "Directory a new session's commands start in (~ is the user's home).",
+    ),
+]
+
+
+async def respond(ctx: Context) -> AsyncIterator[str]:
+    from .loop import respond as loop_respond  # keep the client path light
+
+    async for chunk in loop_respond(ctx):
+        yield chunk
+
+
+@hookimpl
+def register_modes(register):
+    register(
+        Mode(
+            "marat",
+            respond,
+            description="Speak a task; the daemon runs bash for you, asking before it writes.",
+        )
+    )
+
+
+@hookimpl
+def register_settings(register):
+    for setting in SETTINGS:
+        register(setting)
+
+
+@hookimpl
+def register_migrations(register):
+    from .audit import m001_marat_commands
+
+    register("m001_marat_commands", m001_marat_commands)
+
+
+@hookimpl
+def register_routes(register):
+    from .audit import commands_route
+
+    register("/marat/commands", commands_route, methods=["GET"])
+
+
+@hookimpl
+def register_commands(cli):
+    from .audit import commands_command
+
+    history = cli.commands.get("history")
+    if history is not None and "commands" not in getattr(history, "commands", {}):
+        history.add_command(commands_command)  # reached by `lmd history --commands`

@@ -1,0 +1,142 @@
+"""The audit of executed commands: every command marat runs is one row of `marat_commands`."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+COLUMNS = (
+    "id",
+    "session",
+    "cwd",
+    "command",
+    "exit_code",
+    "duration",
+    "timed_out",
+    "truncated",
+    "output",
+    "approval",
+    "answer",
+    "prompt_id",
+    "created_at",
+)
+
+# How a command came to run.
+APPROVALS = {
+    "read-only": "ran at once: clearly read-only",
+    "never": "ran at once: marat_approval is never",
+    "user": "the user approved it",
+}
+
+
+def m001_marat_commands(db: Any) -> None:
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS marat_commands (
+            id INTEGER PRIMARY KEY,
+            session TEXT NOT NULL,
+            cwd TEXT NOT NULL,
+            command TEXT NOT NULL,
+            exit_code INTEGER,
+            duration REAL NOT NULL,
+            timed_out INTEGER NOT NULL DEFAULT 0,
+            truncated INTEGER NOT NULL DEFAULT 0,
+            output TEXT NOT NULL,
+            approval TEXT NOT NULL,
+            answer TEXT,
+            prompt_id INTEGER,
+            created_at REAL NOT NULL
+        )"""
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS marat_commands_session ON marat_commands (session, id)")
+
+
+def record(
+    store: Any,
+    session: str,
+    result: Any,
+    approval: str,
+    answer: str | None = None,
+    prompt_id: int | None = None,
+) -> int:
+    """Store one executed command (a `daemon.runner.CommandResult`)."""
+    with store.lock:
+        cur = store.db.execute(
+            "INSERT INTO marat_commands (session, cwd, command, exit_code, duration, timed_out,"
+            " truncated, output, approval, answer, prompt_id, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                session,
+                result.cwd,
+                result.command,
+                result.exit_code,
+                round(result.duration, 4),
+                int(result.timed_out),
+                int(result.truncated),
+                result.output,
+                approval,
+                answer,
+                prompt_id,
+                time.time(),
+            ],
+        )
+        return cur.lastrowid
+
+
+def rows(store: Any, session: str | None = None, limit: int = 20) -> list[dict]:
+    """Newest `limit` executed commands (of one session or all), oldest first."""
+    where, args = ("WHERE session = ?", [session]) if session else ("", [])
+    found = store.db.execute_returning_dicts(
+        f"SELECT * FROM marat_commands {where} ORDER BY id DESC LIMIT ?", [*args, limit]
+    )
+    for r in found:
+        r["timed_out"], r["truncated"] = bool(r["timed_out"]), bool(r["truncated"])
+    return list(reversed(found))
+
+
+def format_row(r: dict) -> str:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_at"]))
+    status = "timed out" if r["timed_out"] else f"exit {r['exit_code']}"
+    how = r["approval"] + (f" ({r['answer']!r})" if r["answer"] else "")
+    return (
+        f"{r['id']:>5} {stamp} {r['session']:<10} {status:<9} {r['duration']:>7.2f}s "
+        f"{how:<18} {r['cwd']}$ {r['command']}"
+    )
+
+
+@click.command("commands", hidden=True)
+@click.option("--session", "-s", help="Only this session.")
+@click.option("--limit", "-n", default=20, show_default=True, type=click.IntRange(1, 100000))
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path), envvar="LMD_HOME")
+def commands_command(session: str | None, limit: int, as_json: bool, home: Path | None) -> None:
+    """Commands marat ran: where, exit code, duration, how each was approved."""
+    from daemon.cli import open_daemon_state
+
+    _, store, _ = open_daemon_state(home)
+    found = rows(store, session, limit)
+    if as_json:
+        click.echo(json.dumps(found, indent=2, ensure_ascii=False))
+    elif not found:
+        click.echo("No commands have been run yet.")
+    else:
+        for r in found:
+            click.echo(format_row(r))
+
+
+async def commands_route(request: Any) -> Any:
+    """GET /marat/commands?session=NAME&limit=N: the audit as JSON."""
+    from starlette.responses import JSONResponse
+
+    from daemon.errors import LmdError
+
+    store = request.app.state.daemon.store
+    try:
+        limit = int(request.query_params.get("limit", "20"))
+    except ValueError:
+        raise LmdError("limit must be a whole number.") from None
+    session = request.query_params.get("session")
+    return JSONResponse({"commands": rows(store, session, max(1, min(limit, 10000)))})

@@ -1,0 +1,234 @@
+"""marat's thought loop: ask the model, run its one command, send back the observation, repeat
+until a Final Thought or `max_thought_loops` model turns; pause for the user's approval when a
+command needs it."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from daemon.modes import Context
+
+from . import audit, prompt
+from .execute import execute, start_dir
+from .safety import is_read_only
+
+# An answer to "Say yes to run it, or no" is made only of these words, with at least one of
+# the strong ones ("No, cancel." and "yes please, run it" count; "no idea, list files" does not).
+YES_WORDS = {"yes", "yeah", "yep", "yup", "sure", "ok", "okay", "do", "run", "go", "ahead",
+             "it", "please", "that", "fine", "alright", "right"}  # fmt: skip
+YES_STRONG = {"yes", "yeah", "yep", "yup", "sure", "ok", "okay", "do", "run", "go", "alright"}
+NO_WORDS = {"no", "nope", "cancel", "stop", "don't", "dont", "do", "not", "abort", "never",
+            "mind", "thanks", "it", "run", "please", "that", "forget"}  # fmt: skip
+NO_STRONG = {"no", "nope", "cancel", "stop", "don't", "dont", "not", "abort", "never", "forget"}
+
+_REMEMBER = re.compile(r"^\s*remember\b(?:\s*[:,\-]\s*|\s+that\b\s*|\s*$)(.*)$", re.I | re.S)
+_THAT = {"", "this", "that", "it", "the last answer", "the answer", "what you said"}
+
+
+def answer_word(text: str) -> str | None:
+    """'yes', 'no', or None for anything else (dictation adds case and punctuation)."""
+    words = set(re.sub(r"[^\w' ]+", " ", text.lower().replace("\u2019", "'")).split())
+    if words and words <= NO_WORDS and words & NO_STRONG:
+        return "no"
+    if words and words <= YES_WORDS and words & YES_STRONG:
+        return "yes"
+    return None
+
+
+@dataclass
+class Task:
+    """One task's bookkeeping, carried in the pending approval when the loop pauses."""
+
+    instruction_id: int
+    loop_ids: list[int] = field(default_factory=list)  # thoughts, actions, observations
+    format_ids: list[int] = field(default_factory=list)  # corrective prompts
+    last_command: str | None = None
+    last_output: str | None = None
+
+    def to_pending(self, command: str) -> dict:
+        return {
+            "kind": "approval",
+            "command": command,
+            "instruction_id": self.instruction_id,
+            "loop_ids": self.loop_ids,
+            "format_ids": self.format_ids,
+        }
+
+    @classmethod
+    def from_pending(cls, p: dict) -> Task:
+        return cls(p["instruction_id"], list(p["loop_ids"]), list(p["format_ids"]))
+
+
+async def respond(ctx: Context) -> AsyncIterator[str]:
+    pending = _pending_approval(ctx)
+    stale = ctx.state.pop("approval", None)
+    if pending is None and stale:
+        # A question nobody answered (expired, or the user moved on): its loop is done with.
+        _finish_karma(ctx, Task.from_pending(stale), done=False)
+    if pending is not None:
+        word = answer_word(ctx.text)
+        task = Task.from_pending(pending)
+        if word is not None:
+            task.loop_ids.append(ctx.user_prompt_id)  # a bare "yes" is not worth keeping
+        if word == "yes":
+            async for chunk in _resume(ctx, task, pending["command"]):
+                yield chunk
+            return
+        _finish_karma(ctx, task, done=False)
+        if word == "no":
+            ctx.reply_kind = "decorative"
+            yield f"All right, I did not run {pending['command']}."
+            return
+        # Anything else drops the command and is handled as a new task.
+        ctx.extra["dropped_command"] = pending["command"]
+    remembered = _REMEMBER.match(ctx.text)
+    if remembered:
+        yield _remember(ctx, remembered.group(1).strip())
+        return
+    async for chunk in _loop(ctx, Task(ctx.user_prompt_id)):
+        yield chunk
+
+
+def _pending_approval(ctx: Context) -> dict | None:
+    """The approval waiting for this answer: handed by the core, or kept in our state when the
+    user said "marat yes" (a directive makes the core start afresh)."""
+    if ctx.pending and ctx.pending.get("kind") == "approval":
+        return ctx.pending
+    kept = ctx.state.get("approval")
+    idle = ctx.settings["end_session_after_idle_secs"]
+    if not kept or time.time() - kept.get("created_at", 0) >= idle or not answer_word(ctx.text):
+        return None
+    # Only when the question was the last thing said: not after a detour to another mode.
+    before = [p for p in ctx.store.history(ctx.session.name, 2) if p.id < ctx.user_prompt_id]
+    if before and before[-1].content == question(kept["command"]):
+        return kept
+    return None
+
+
+def question(command: str) -> str:
+    return f"I am about to run: {command}. Say yes to run it, or no."
+
+
+def _remember(ctx: Context, fact: str) -> str:
+    """ "remember: X" makes this utterance operative; "remember that" promotes the last answer."""
+    ctx.reply_kind = "decorative"
+    if fact.lower().rstrip(".!") in _THAT:
+        previous = [
+            p
+            for p in ctx.store.history(ctx.session.name, 20)
+            if p.role == "assistant" and p.id < ctx.user_prompt_id and p.status == "ok"
+        ]
+        if not previous:
+            return "There is nothing before this to remember; say remember, then the fact."
+        target = previous[-1]
+        ctx.set_karma([target.id], "operative")
+        ctx.set_karma([ctx.user_prompt_id], "none")
+        ctx.extra["promoted"] = target.id
+        return f"I will remember my last answer (prompt {target.id})."
+    ctx.set_karma([ctx.user_prompt_id], "operative")
+    ctx.extra["promoted"] = ctx.user_prompt_id
+    return f"I will remember: {prompt.speakable(fact)}"
+
+
+async def _resume(ctx: Context, task: Task, command: str) -> AsyncIterator[str]:
+    await _run(ctx, task, command, approval="user", answer=ctx.text.strip())
+    async for chunk in _loop(ctx, task):
+        yield chunk
+
+
+async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
+    s = ctx.settings
+    turns = s["max_thought_loops"]
+    for _ in range(turns):
+        cwd, _note = start_dir(ctx.session.cwd, s["marat_start_dir"])
+        messages = [{"role": "system", "content": prompt.system_prompt(s["system"], cwd)}]
+        messages += ctx.messages()
+        # Stopping at "Observation:" keeps the model from inventing a command's output.
+        text = await ctx.llm.chat(messages, stop=["\nObservation:"])
+        task.loop_ids.append(ctx.add_prompt("assistant", text, "default", {"marat": "thought"}))
+        step = prompt.parse_reply(text)
+        if step.final is not None:
+            _finish_karma(ctx, task, done=True)
+            yield _final_reply(step.final, task)
+            return
+        if step.correction is not None:
+            task.format_ids.append(ctx.add_prompt("user", step.correction, "decorative"))
+            continue
+        command = step.command or ""
+        if _needs_approval(s["marat_approval"], command):
+            pending = task.to_pending(command)
+            ctx.set_pending(pending)
+            ctx.state["approval"] = ctx.session.pending
+            ctx.reply_kind = "decorative"
+            yield question(command)
+            return
+        approval = "never" if s["marat_approval"] == "never" else "read-only"
+        await _run(ctx, task, command, approval)
+    _finish_karma(ctx, task, done=False)
+    ctx.reply_kind = "decorative"
+    tail = f" The last command I ran was {task.last_command}." if task.last_command else ""
+    yield (
+        f"I stopped after {turns} model turns without finishing the task.{tail} "
+        "Say what to do next, or raise max_thought_loops."
+    )
+
+
+def _needs_approval(policy: str, command: str) -> bool:
+    if policy == "never":
+        return False
+    if policy == "always":
+        return True
+    return not is_read_only(command)
+
+
+async def _run(
+    ctx: Context, task: Task, command: str, approval: str, answer: str | None = None
+) -> None:
+    """Execute, remember the new cwd, store the observation and the audit row."""
+    s = ctx.settings
+    cwd, note = start_dir(ctx.session.cwd, s["marat_start_dir"])
+    run = await execute(
+        command, cwd, s["marat_command_timeout_secs"], s["max_bash_output_len_for_response"]
+    )
+    ctx.session.cwd = run.cwd_after
+    r = run.result
+    lines = [f"Observation: {r.describe()}"]
+    if note:
+        lines.insert(0, note)
+    if run.note:
+        lines.append(run.note)
+    if run.cwd_after != cwd:
+        lines.append(f"(The working directory is now {run.cwd_after}.)")
+    observation = "\n".join(lines)
+    meta = {"marat": "observation", "command": command, "exit_code": r.exit_code}
+    prompt_id = ctx.add_prompt("user", observation, "default", meta)
+    task.loop_ids.append(prompt_id)
+    audit.record(ctx.store, ctx.session.name, r, approval, answer, prompt_id)
+    task.last_command = command
+    task.last_output = r.describe() if r.timed_out else r.output
+    ctx.extra.setdefault("commands", []).append(
+        {"command": command, "cwd": cwd, "exit_code": r.exit_code, "timed_out": r.timed_out}
+    )
+    ctx.extra["cwd"] = run.cwd_after
+
+
+def _finish_karma(ctx: Context, task: Task, done: bool) -> None:
+    """After a task the loop stops crowding the context: thoughts, actions and observations
+    become decorative, format help worthless, the instruction and the answer contextual."""
+    ctx.set_karma(task.loop_ids, "decorative")
+    ctx.set_karma(task.format_ids, "none")
+    if done:
+        ctx.set_karma([task.instruction_id], "contextual")
+        ctx.reply_kind = "contextual"
+
+
+def _final_reply(final: str, task: Task) -> str:
+    """The final thought, plus the last command's output when it adds something."""
+    final = final or "Done."
+    output = (task.last_output or "").strip()
+    if not output or output in final:
+        return final
+    return f"{final}\n\n{output}"

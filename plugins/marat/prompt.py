@@ -1,0 +1,71 @@
+"""marat's prompt text and the parser of the model's Thought / Action / Final Thought replies."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+PROMPT_FILE = Path(__file__).with_name("prompt.txt")
+
+_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.S)
+_FINAL = re.compile(r"final\s+thought\s*:\s*(.*)", re.I | re.S)
+_SUDO = re.compile(r"(^|[\s;&|(])sudo\b")
+
+# Corrections sent back when a reply breaks the format (stored with decorative karma).
+NO_BLOCK = (
+    "Format help: your reply had no ```bash block and no Final Thought. Reply with a Thought "
+    "and exactly one ```bash block, or with a Final Thought."
+)
+MANY_BLOCKS = (
+    "Format help: your reply had {n} code blocks. Give exactly one ```bash block per reply; "
+    "I run it and send you the Observation."
+)
+BOTH = (
+    "Format help: your reply had both an Action and a Final Thought. Give the Action alone and "
+    "wait for its Observation, or give only the Final Thought."
+)
+SUDO = "Format help: never use sudo. Find a way without it, or say so in a Final Thought."
+EMPTY = "Format help: your ```bash block was empty. Put one command in it."
+
+
+def system_prompt(system: str, cwd: str) -> str:
+    """The system message: the OS named by the `system` setting and the working directory."""
+    return PROMPT_FILE.read_text(encoding="utf-8").format(system=system, cwd=cwd)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a model reply asks for: a command, a final answer, or a format correction."""
+
+    command: str | None = None
+    final: str | None = None
+    correction: str | None = None
+
+
+def parse_reply(text: str) -> Step:
+    blocks = [body for _lang, body in _FENCE.findall(text)]
+    final = _FINAL.search(text)
+    if final and not blocks:
+        return Step(final=speakable(final.group(1)))
+    if final and blocks:
+        return Step(correction=BOTH)
+    if not blocks:
+        return Step(correction=NO_BLOCK)
+    if len(blocks) > 1:
+        return Step(correction=MANY_BLOCKS.format(n=len(blocks)))
+    lines = [ln[2:] if ln.startswith("$ ") else ln for ln in blocks[0].strip().splitlines()]
+    command = "\n".join(lines).strip()
+    if not command:
+        return Step(correction=EMPTY)
+    if _SUDO.search(command):
+        return Step(correction=SUDO)
+    return Step(command=command)
+
+
+def speakable(text: str) -> str:
+    """Plain words for a voice: no markdown emphasis, backticks or stray whitespace."""
+    text = re.sub(r"```.*?```", " ", text, flags=re.S)
+    text = text.replace("`", "").replace("**", "").replace("__", "")
+    text = re.sub(r"^\s*#+\s*", "", text, flags=re.M)
+    return re.sub(r"[ \t]+", " ", text).strip()

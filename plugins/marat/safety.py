@@ -1,0 +1,163 @@
+"""Is a bash command clearly read-only? Used to run it without asking under `unsafe` approval.
+
+The check errs on the side of asking: anything it does not understand (command substitution,
+subshells, background jobs, redirection to a file, an unknown program, a path to a program,
+variable assignments) makes it say "not read-only", and the user is asked.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+# Programs that only read, whatever their (non-excluded) arguments.
+READ_ONLY_PROGRAMS = frozenset(
+    """
+    pwd ls cat head tail wc grep egrep fgrep rg find tree stat file du df free uptime whoami
+    id uname which type echo printf basename dirname realpath readlink cut tr nl tac rev
+    cmp diff md5sum sha1sum sha256sum sort uniq column jq true false test cd date hostname
+    env printenv ps locale lsb_release seq groups
+    """.split()
+)
+
+# Arguments that make an otherwise read-only program write, delete or run something.
+FORBIDDEN_ARGS = {
+    "find": {
+        "-exec",
+        "-execdir",
+        "-ok",
+        "-okdir",
+        "-delete",
+        "-fprint",
+        "-fprint0",
+        "-fprintf",
+        "-fls",
+    },
+    "sort": {"-o"},
+    "tree": {"-o"},
+    "date": {"-s", "--set"},
+}
+
+# git subcommands that only read (some have extra rules below).
+GIT_READ_ONLY = frozenset(
+    "status log diff show branch rev-parse ls-files blame describe shortlog remote tag "
+    "config reflog grep show-ref ls-tree cat-file count-objects".split()
+)
+_GIT_BRANCH_LISTING = {
+    "-a", "--all", "-r", "--remotes", "-v", "-vv", "--verbose", "--list", "-l",
+    "--show-current", "--merged", "--no-merged", "--contains", "--no-contains", "--sort",
+    "--color", "--no-color", "--column", "--no-column",
+}  # fmt: skip
+_SEPARATORS = {"|", "||", "&&", ";", "|&"}
+_SAFE_TARGETS = {"/dev/null"}
+
+
+def is_read_only(command: str) -> bool:
+    """True only when every part of `command` is a known read-only program use."""
+    if not command.strip():
+        return False
+    if any(mark in command for mark in ("`", "$(", "<(", ">(")):
+        return False
+    try:
+        lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:  # unbalanced quotes
+        return False
+    segments: list[list[str]] = [[]]
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok in _SEPARATORS:
+            segments.append([])
+        elif tok in (">", ">>", ">|", "&>", "&>>"):
+            target = tokens[i + 1] if i + 1 < len(tokens) else ""
+            if target not in _SAFE_TARGETS:
+                return False
+            _drop_fd(segments[-1])
+            i += 1
+        elif tok in (">&", "<&"):
+            target = tokens[i + 1] if i + 1 < len(tokens) else ""
+            if not target.isdigit():
+                return False
+            _drop_fd(segments[-1])
+            i += 1
+        elif tok == "<":
+            i += 1  # reading a file is fine; skip its name
+        elif set(tok) <= set("();<>|&"):
+            return False  # subshells, background jobs, here-documents, anything unusual
+        else:
+            segments[-1].append(tok)
+        i += 1
+    segments = [s for s in segments if s]
+    return bool(segments) and all(_segment_read_only(s) for s in segments)
+
+
+def _drop_fd(words: list[str]) -> None:
+    """`2>/dev/null` lexes as `2`, `>`, `/dev/null`: the 2 is a file descriptor, not a word."""
+    if len(words) > 1 and words[-1].isdigit():
+        words.pop()
+
+
+def _segment_read_only(words: list[str]) -> bool:
+    program, args = words[0], words[1:]
+    if "=" in program or "/" in program:
+        return False  # variable assignments and paths to programs: ask
+    if program == "git":
+        return _git_read_only(args)
+    if program not in READ_ONLY_PROGRAMS:
+        return False
+    if any(a.startswith("--output") for a in args):
+        return False
+    forbidden = FORBIDDEN_ARGS.get(program, set())
+    if any(a in forbidden or (a.startswith("-o") and "-o" in forbidden) for a in args):
+        return False
+    positional = [a for a in args if not a.startswith("-")]
+    if program in ("hostname", "env") and args:
+        return False  # `hostname x` renames the machine; `env cmd` runs cmd
+    if program == "uniq" and len(positional) > 1:
+        return False  # `uniq in out` writes out
+    return True
+
+
+def _git_read_only(args: list[str]) -> bool:
+    while (
+        args
+        and args[0] in ("--no-pager", "-C", "-P", "--paginate")
+        or (args and args[0].startswith("--git-dir"))
+    ):
+        args = args[2:] if args[0] == "-C" else args[1:]
+    if not args or args[0] not in GIT_READ_ONLY:
+        return False
+    sub, rest = args[0], args[1:]
+    if any(a.startswith(("--output", "--ext-diff", "--exec")) for a in rest):
+        return False
+    flags = [a for a in rest if a.startswith("-")]
+    positional = [a for a in rest if not a.startswith("-")]
+    if sub == "branch":
+        listing = "--list" in flags or "-l" in flags
+        return all(f.split("=")[0] in _GIT_BRANCH_LISTING for f in flags) and (
+            listing or not positional or _after_value_flag(rest)
+        )
+    if sub == "tag":
+        return "--list" in flags or "-l" in flags or not rest
+    if sub == "remote":
+        return all(a in ("-v", "--verbose") for a in rest) or (rest[:1] == ["show"])
+    if sub == "config":
+        return bool(rest) and rest[0] in ("--get", "--get-all", "--list", "-l", "--get-regexp")
+    if sub == "reflog":
+        return not positional or positional[0] == "show"
+    return True
+
+
+def _after_value_flag(args: list[str]) -> bool:
+    """`git branch --contains abc`: the only positionals are values of flags that take one."""
+    takes_value = {"--contains", "--no-contains", "--merged", "--no-merged", "--sort"}
+    i = 0
+    while i < len(args):
+        if args[i] in takes_value:
+            i += 2
+            continue
+        if not args[i].startswith("-"):
+            return False
+        i += 1
+    return True

@@ -1,0 +1,121 @@
+"""The read-only classifier behind `marat_approval = unsafe`: it errs on the side of asking."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from plugins.marat.safety import is_read_only
+
+READ_ONLY = [
+    "pwd",
+    "ls",
+    "ls -la ~/code",
+    "pwd && ls",
+    "cat README.md | head -n 5",
+    "tail -f /dev/null | wc -l",
+    "grep -rn 'foo|bar' . | sort | uniq -c",
+    "find . -name '*.rs' -type f",
+    "find . -name x -o -name y",
+    "git status",
+    "git log --oneline -10",
+    "git --no-pager log -n 10 --format=%s",
+    "git -C /tmp/repo diff HEAD~1",
+    "git show HEAD:README.md",
+    "git branch",
+    "git branch -a -v",
+    "git branch --show-current",
+    "git branch --list 'feat*'",
+    "cd .. && cd example && git branch --show-current",
+    "ls 2>/dev/null",
+    "ls nothing 2>&1 | head",
+    "wc -l < README.md",
+    "echo 'a; rm -rf /'",
+    "du -sh . ; df -h",
+    "git remote -v",
+    "git tag --list",
+    "git config --get user.name",
+]
+
+ASKS = [
+    "",
+    "rm -rf build",
+    "touch x",
+    "git checkout develop",
+    "git add example.rs && git commit -m 'Add example'",
+    "git branch feature",
+    "git branch -D old",
+    "git tag v1.0",
+    "git config user.name me",
+    "git push",
+    "git diff --output=patch.txt",
+    "ls > files.txt",
+    "echo hi >> notes.txt",
+    "cat a | tee b",
+    "ls; rm x",
+    "ls\nrm x",
+    "ls && mv a b",
+    "echo $(rm x)",
+    "echo `rm x`",
+    "diff <(ls a) <(ls b)",
+    "find . -name '*.tmp' -delete",
+    "find . -exec rm {} \\;",
+    "sort -o out.txt in.txt",
+    "uniq in.txt out.txt",
+    "ls &",
+    "(cd /tmp && rm x)",
+    "FOO=bar ls",
+    "./ls",
+    "/bin/rm x",
+    "env rm x",
+    "hostname newname",
+    "date -s '2020-01-01'",
+    "cat <<EOF\nhi\nEOF",
+    "echo 'unbalanced",
+    "sudo ls",
+    "xargs rm < list",
+    "awk '{system(\"rm x\")}' f",
+    "sed -i s/a/b/ f",
+    "python3 -c 'print(1)'",
+]
+
+
+@pytest.mark.parametrize("command", READ_ONLY)
+def test_read_only_commands_run_at_once(command):
+    assert is_read_only(command), command
+
+
+@pytest.mark.parametrize("command", ASKS)
+def test_anything_that_may_write_asks(command):
+    assert not is_read_only(command), command
+
+
+WRITERS = ["rm x", "mv a b", "touch f", "git commit -m m", "cp a b", "chmod +x f", "dd of=x"]
+READERS = ["pwd", "ls -l", "git status", "cat f", "wc -l f", "grep x f"]
+
+
+@given(
+    st.lists(st.sampled_from(READERS), min_size=0, max_size=4),
+    st.sampled_from(WRITERS),
+    st.lists(st.sampled_from(READERS), min_size=0, max_size=4),
+    st.lists(st.sampled_from([" && ", " ; ", " | ", " || ", "\n"]), min_size=9, max_size=9),
+)
+def test_one_writer_anywhere_in_a_chain_asks(before, writer, after, joiners):
+    parts = [*before, writer, *after]
+    command = parts[0] + "".join(j + p for j, p in zip(joiners, parts[1:], strict=False))
+    assert not is_read_only(command)
+
+
+@given(
+    st.lists(st.sampled_from(READERS), min_size=1, max_size=6),
+    st.lists(st.sampled_from([" && ", " ; ", " | ", " || "]), min_size=6, max_size=6),
+)
+def test_chains_of_readers_run(parts, joiners):
+    command = parts[0] + "".join(j + p for j, p in zip(joiners, parts[1:], strict=False))
+    assert is_read_only(command)
+
+
+@given(st.text(max_size=60))
+def test_never_crashes(text):
+    assert is_read_only(text) in (True, False)
