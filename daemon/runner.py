@@ -35,11 +35,16 @@ class CommandResult:
         return f"{status}\n{body}"
 
 
-def cut(text: str, limit: int) -> tuple[str, bool]:
-    """Keep at most `limit` characters and say how much was cut."""
-    if len(text) <= limit:
+def cut(text: str, limit: int, unread_bytes: int = 0) -> tuple[str, bool]:
+    """Keep at most `limit` characters and say how much was cut (bytes never decoded too)."""
+    if len(text) <= limit and not unread_bytes:
         return text, False
-    return text[:limit] + f"\n[output cut: {len(text) - limit} more characters]", True
+    parts = []
+    if len(text) > limit:
+        parts.append(f"{len(text) - limit} more characters")
+    if unread_bytes:
+        parts.append(f"{unread_bytes} more bytes")
+    return text[:limit] + f"\n[output cut: {' and '.join(parts)}]", True
 
 
 def usable_cwd(cwd: str | None) -> tuple[str, str | None]:
@@ -124,10 +129,7 @@ async def run_command(
         except (TimeoutError, asyncio.CancelledError):
             reader.cancel()
     text = b"".join(chunks).decode("utf-8", errors="replace").replace("\x00", "\\0")
-    output, truncated = cut(text, max_chars)
-    if overflow and not truncated:
-        output += f"\n[output cut: {overflow} more bytes]"
-        truncated = True
+    output, truncated = cut(text, max_chars, overflow)
     return CommandResult(
         command=command,
         cwd=cwd,
