@@ -183,12 +183,17 @@ def settings_get(name: str, as_json: bool, home: Path | None) -> None:
 @home_option
 def settings_set(name: str, value: str, as_json: bool, home: Path | None) -> None:
     """Change a setting; a bad value is refused with what is allowed."""
+    _change_setting(home, name, value, as_json)
+
+
+def _change_setting(home: Path | None, name: str, value: str | None, as_json: bool) -> None:
+    """Store a new value (None: the default) and show the result."""
     from .errors import LmdError
 
     _, store, s = open_daemon_state(home)
     try:
         spec = s.spec(name)
-        store.set_setting(name, spec.dump(spec.parse(value)))
+        store.set_setting(name, spec.dump(spec.default if value is None else spec.parse(value)))
     except LmdError as e:
         fail(e.message)
     _, _, s = open_daemon_state(home)
@@ -201,16 +206,7 @@ def settings_set(name: str, value: str, as_json: bool, home: Path | None) -> Non
 @home_option
 def settings_reset(name: str, as_json: bool, home: Path | None) -> None:
     """Put a setting back to its default."""
-    from .errors import LmdError
-
-    _, store, s = open_daemon_state(home)
-    try:
-        spec = s.spec(name)
-    except LmdError as e:
-        fail(e.message)
-    store.set_setting(name, spec.dump(spec.default))
-    _, _, s = open_daemon_state(home)
-    _print_rows(s.describe([name]), as_json)
+    _change_setting(home, name, None, as_json)
 
 
 @cli.group(invoke_without_command=True)
