@@ -1,0 +1,81 @@
+"""The build/test command: the `cobol_build_command` setting, else detected from the repo;
+runs through the core runner (timeout, cut output, process group killed)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+_MAKE_TARGET = r"^{}\s*:(?!=)"
+_ERROR_LINE = re.compile(
+    r"(?i)(^E\s+\S|^FAILED\b|\berror\b|\bfailed\b|\bfailure\b|exception|assert|traceback"
+    r"|\bpanic\b|cannot|undefined|not found)"
+)
+_NOT_AN_ERROR = re.compile(r"(?i)\b(0|no) (errors?|failures?|failed)\b")
+
+
+def detect(repo: str) -> tuple[str, str] | None:
+    """(command, why) from the repository's files, in the order a developer would look."""
+    root = Path(repo)
+    for name in ("Makefile", "makefile", "GNUmakefile"):
+        if (root / name).is_file():
+            text = (root / name).read_text("utf-8", "replace")
+            for target in ("test", "check", "build"):
+                if re.search(_MAKE_TARGET.format(target), text, re.MULTILINE):
+                    return f"make {target}", f"the {target} target of the {name}"
+    package = root / "package.json"
+    if package.is_file():
+        try:
+            scripts = json.loads(package.read_text("utf-8")).get("scripts") or {}
+        except (ValueError, AttributeError):
+            scripts = {}
+        if "test" in scripts:
+            return "npm test", "the test script of package.json"
+        if "build" in scripts:
+            return "npm run build", "the build script of package.json"
+    if (root / "Cargo.toml").is_file():
+        return "cargo test", "Cargo.toml"
+    if (root / "go.mod").is_file():
+        return "go test ./...", "go.mod"
+    for name in ("pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini", "setup.py"):
+        if (root / name).is_file():
+            return "python3 -m pytest -q", name
+    if (root / "tests").is_dir() or any(root.glob("test_*.py")):
+        return "python3 -m pytest -q", "the Python tests"
+    return None
+
+
+def first_error(output: str) -> str:
+    """The line a listener most needs: the first that looks like an error, else the last."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in lines:
+        if _ERROR_LINE.search(line) and not _NOT_AN_ERROR.search(line):
+            return _short(line)
+    return _short(lines[-1]) if lines else "it printed nothing"
+
+
+def error_location(output: str, repo: str) -> tuple[str, int] | None:
+    """(file, line) of the first error that points into the repository."""
+    patterns = (
+        re.compile(r'File "([^"]+)", line (\d+)'),
+        re.compile(r"^([\w./-]+\.\w+):(\d+)(?::\d+)?:", re.MULTILINE),
+    )
+    found: list[tuple[int, str, int]] = []
+    for pat in patterns:
+        for m in pat.finditer(output):
+            found.append((m.start(), m.group(1), int(m.group(2))))
+    root = Path(repo).resolve()
+    for _, name, line in sorted(found):
+        path = Path(name) if Path(name).is_absolute() else root / name
+        try:
+            rel = path.resolve().relative_to(root)
+        except (ValueError, OSError):
+            continue
+        if path.is_file() and ".git" not in rel.parts:
+            return str(rel), line
+    return None
+
+
+def _short(line: str, limit: int = 200) -> str:
+    return line if len(line) <= limit else line[: limit - 1] + "…"
