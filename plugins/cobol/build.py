@@ -8,9 +8,13 @@ import re
 from pathlib import Path
 
 _MAKE_TARGET = r"^{}\s*:(?!=)"
-_ERROR_LINE = re.compile(
-    r"(?i)(^E\s+\S|^FAILED\b|\berror\b|\bfailed\b|\bfailure\b|exception|assert|traceback"
-    r"|\bpanic\b|cannot|undefined|not found)"
+# Kinds of error line, most telling first: a named error with its message (Python, Rust, C),
+# a pytest failure summary, then any line that speaks of failing.
+_ERROR_TIERS = (
+    re.compile(r"^(?:E\s+)?[\w.]*(?:Error|Exception|error(?:\[\w+\])?)\b:\s*\S"),
+    re.compile(r"^\S+:\d+(?::\d+)?:\s*(?:fatal )?error\b"),
+    re.compile(r"^(?:FAILED|FAIL|ERROR)\b|^E\s+\S|\bpanic\b"),
+    re.compile(r"(?i)\b(?:error|failed|failure|exception|assert\w*|cannot|undefined)\b"),
 )
 _NOT_AN_ERROR = re.compile(r"(?i)\b(0|no) (errors?|failures?|failed)\b")
 
@@ -49,9 +53,11 @@ def detect(repo: str) -> tuple[str, str] | None:
 def first_error(output: str) -> str:
     """The line a listener most needs: the first that looks like an error, else the last."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    for line in lines:
-        if _ERROR_LINE.search(line) and not _NOT_AN_ERROR.search(line):
-            return _short(line)
+    lines = [line for line in lines if not line.startswith("Traceback (most recent call last)")]
+    for tier in _ERROR_TIERS:
+        for line in lines:
+            if tier.search(line) and not _NOT_AN_ERROR.search(line):
+                return _short(line)
     return _short(lines[-1]) if lines else "it printed nothing"
 
 

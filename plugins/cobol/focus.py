@@ -23,7 +23,7 @@ _RANGE = re.compile(
     r"\blines?\s+(\d+)(?:\s*(?:to|through|thru|until|till|and|-|–|—)\s*(\d+))?", re.IGNORECASE
 )
 _SYMBOL = re.compile(r"\b(?:function|method|class|def)\s+([A-Za-z_][\w]*)", re.IGNORECASE)
-_PATHISH = re.compile(r"^[\w@+~-][\w./@+~-]*$")
+_PATHISH = re.compile(r"^[\w./@+~-]*[\w/]$")
 _TRAILING = ".,;:!?\"'`)"
 # Share of max_tokens the focused code and its surroundings may take; the rest is left for the
 # instruction, the build output and the model's answer.
@@ -81,7 +81,7 @@ def parse_request(text: str) -> FocusRequest:
     if m:
         req.symbol = m.group(1)
     skip = {"focus", "on", "at", "in", "the", "file", "lines", "line", "to", "of", "and"}
-    words = [w.strip(_TRAILING) for w in text.split()]
+    words = [w.lstrip("\"'`(").rstrip(_TRAILING) for w in text.split()]
     for word in words:
         if word.lower() in skip or not word or word == req.symbol:
             continue

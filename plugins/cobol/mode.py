@@ -288,8 +288,8 @@ async def focus_from_words(job: Job, text: str, strict: bool) -> Focus | None:
             raise LmdError("Lines are counted from 1; say a range like lines 1 to 20.")
         if end > len(lines):
             raise LmdError(
-                f"{rel} has only {plural(len(lines), 'line')}; line {end} is past its end. "
-                f"Pick a range within 1 to {len(lines)}."
+                f"{rel} has only {plural(len(lines), 'line')}, so line {end} is past its end; "
+                f"pick a range within 1 to {len(lines)}."
             )
         named = focus.symbol_for_range(lines, start, end)
         chosen = Focus(rel, start, end, *(named or (None, None)))

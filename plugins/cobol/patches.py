@@ -134,8 +134,10 @@ def refuse_paths(repo: str, patch: Patch) -> str | None:
 
 
 def _apply_args(patch: Patch, reverse: bool, check: bool) -> list[str]:
-    # --recount: models often get the hunk line counts wrong while the lines themselves are right.
-    args = ["apply", "--recount", "--whitespace=nowarn", f"-p{patch.strip}"]
+    # --recount: models often get the hunk line counts wrong while the lines are right.
+    # --unidiff-zero: without it git pins a hunk lacking trailing context to the end of the file
+    # (and one starting at line 1 to its start); models often leave that context out.
+    args = ["apply", "--recount", "--unidiff-zero", "--whitespace=nowarn", f"-p{patch.strip}"]
     if reverse:
         args.append("-R")
     if check:
