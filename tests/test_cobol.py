@@ -113,6 +113,30 @@ def test_rewrite_applies_the_models_diff_and_says_what_changed(cobol, backend, r
     assert rows[0]["repo"] == str(repo.resolve())
 
 
+def test_rewrite_finds_the_function_it_names(cobol, backend, repo):
+    cobol.say("cobol focus on check.py")
+    backend.queue(FIX_ADD)
+    out = cobol.say("cobol rewrite add in calc.py so that it adds")
+    assert out["reply"] == "Changed add in calc.py: 1 line added, 1 removed."
+    assert (
+        "The focus is lines 4-5 (function add)"
+        in backend.chat_requests[-1]["messages"][-1]["content"]
+    )
+    # A file named in passing does not move the focus.
+    backend.queue(
+        FIX_ADD.replace(
+            "-    return a - b\n+    return a + b", "+    return a - b\n-    return a + b"
+        )
+    )
+    out = cobol.say("cobol make it subtract like check.py expects not")
+    assert out["reply"] == "Changed add in calc.py: 1 line added, 1 removed."
+    assert "File calc.py" in backend.chat_requests[-1]["messages"][-1]["content"]
+    before = snapshot(repo)
+    out = cobol.say("cobol rewrite function nothing_here so that it works", expect=400)
+    assert out["error"] == "I found no function or class called nothing_here in calc.py."
+    assert snapshot(repo) == before and len(backend.chat_requests) == 2
+
+
 def test_rewrite_retries_once_with_gits_error(cobol, backend, repo):
     cobol.say("cobol focus on calc.py lines 4 to 5")
     backend.queue(WRONG_CONTEXT, FIX_ADD)

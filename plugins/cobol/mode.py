@@ -170,7 +170,7 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
             f"The focus is {current.describe()}." if current else "Nothing is in focus yet. " + HELP
         )
     elif intent == "focus":
-        chosen = await focus_from_words(job, text, strict=True)
+        chosen = await focus_from_words(job, focus.parse_request(text), strict=True)
         yield f"Focused on {chosen.describe()}."
     elif intent == "edit":
         async for chunk in edit(job, text):
@@ -253,9 +253,11 @@ async def resolve_file(job: Job, name: str, strict: bool) -> str | None:
     raise LmdError(f"There is no file {name} in the repository {job.repo}; check the name.")
 
 
-async def focus_from_words(job: Job, text: str, strict: bool) -> Focus | None:
-    """Set the focus from 'focus on FILE lines A to B' / 'function F' / 'FILE'."""
-    req = focus.parse_request(text)
+async def focus_from_words(
+    job: Job, req: focus.FocusRequest, strict: bool, guess: str | None = None
+) -> Focus | None:
+    """Set the focus from what was asked: a file, a range, a function (`guess` is a name that
+    may or may not be one); None when nothing was asked and `strict` is off."""
     current = job.focus
     rel = await resolve_file(job, req.file, strict) if req.file else None
     if rel is None:
@@ -264,7 +266,8 @@ async def focus_from_words(job: Job, text: str, strict: bool) -> Focus | None:
                 raise LmdError(
                     "Say which file to focus on, for example: focus on src/parse.py lines 10 to 40."
                 )
-            return None
+            if guess is None or current is None:
+                return None
         if current is None:
             raise LmdError(
                 "Nothing is in focus yet; name the file too, for example: "
@@ -277,11 +280,8 @@ async def focus_from_words(job: Job, text: str, strict: bool) -> Focus | None:
     if req.symbol:
         found = focus.symbol_range(lines, req.symbol)
         if found is None:
-            if not strict and req.start is None:
-                return None
             raise LmdError(f"I found no function or class called {req.symbol} in {rel}.")
-        start, end, kind = found
-        chosen = Focus(rel, start, end, req.symbol, kind)
+        chosen = Focus(rel, found[0], found[1], req.symbol, found[2])
     elif req.start is not None:
         start, end = sorted((req.start, req.end or req.start))
         if start < 1:
@@ -293,8 +293,12 @@ async def focus_from_words(job: Job, text: str, strict: bool) -> Focus | None:
             )
         named = focus.symbol_for_range(lines, start, end)
         chosen = Focus(rel, start, end, *(named or (None, None)))
-    else:
+    elif guess and (found := focus.symbol_range(lines, guess)):
+        chosen = Focus(rel, found[0], found[1], guess, found[2])
+    elif req.file:
         chosen = Focus(rel, 1, len(lines))
+    else:
+        return None
     focus.check_size(chosen, lines, job.max_tokens, job.model)
     job.focus = chosen
     return chosen
@@ -303,15 +307,13 @@ async def focus_from_words(job: Job, text: str, strict: bool) -> Focus | None:
 # -- edits ----------------------------------------------------------------------------------
 async def edit(job: Job, text: str) -> AsyncIterator[str]:
     """Ask the model for a diff that does what `text` says to the focused code; apply it."""
-    target = _EDIT_TARGET.match(text.strip())
-    words = text
-    if target and not focus.parse_request(text).symbol:
-        words = f"function {target.group(1)} {text}"  # "rewrite parse_header ..." names a symbol
-    try:
-        await focus_from_words(job, words, strict=False)
-    except LmdError:
-        if not target:
-            raise
+    req = focus.parse_request(text)
+    # "rewrite parse_header so that ..." may name a function without saying "function".
+    target = _EDIT_TARGET.match(text.strip()) if req.symbol is None else None
+    guess = target.group(1) if target else None
+    if req.file and job.focus is not None and not (req.symbol or req.start or guess):
+        req.file = None  # a file mentioned in passing does not move the focus
+    await focus_from_words(job, req, strict=False, guess=guess)
     current = job.focus
     if current is None:
         raise LmdError(
@@ -376,7 +378,14 @@ async def apply_and_record(job: Job, patch: patches.Patch) -> str:
             "resolve them first, then ask again.",
             status=409,
         )
-    kept = await dirty_files(job.repo, patch.paths)
+    own = [
+        patches.from_row(r) for r in patches.applied(job.ctx.store, job.ctx.session.name, job.repo)
+    ]
+    kept = [
+        path
+        for path in await dirty_files(job.repo, patch.paths)
+        if await patches.hand_edited(job.repo, path, [p for p in own if path in p.paths])
+    ]
     problem = await patches.apply(job.repo, patch)
     if problem:
         first = problem.splitlines()[0]

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .repo import git, inside
 
@@ -163,6 +165,24 @@ async def apply(repo: str, patch: Patch, reverse: bool = False) -> str | None:
         return problem
     code, out = await git(repo, *_apply_args(patch, reverse, False), "-", stdin=patch.text.encode())
     return None if code == 0 else (out.strip() or "git apply failed.")
+
+
+async def hand_edited(repo: str, path: str, own: list[Patch]) -> bool:
+    """Whether `path` differs from HEAD plus our own patches: someone edited it by hand."""
+    code, head = await git(repo, "show", f"HEAD:{path}")
+    with tempfile.TemporaryDirectory(prefix="cobol-") as tmp:
+        copy = Path(tmp, path)
+        if code == 0:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_text(head, "utf-8")
+        for patch in own:
+            args = [*_apply_args(patch, False, False), f"--include={path}", "-"]
+            done, _ = await git(tmp, *args, stdin=patch.text.encode())
+            if done != 0:
+                return True
+        expected = copy.read_text("utf-8", "replace") if copy.is_file() else None
+    current = Path(repo, path)
+    return (current.read_text("utf-8", "replace") if current.is_file() else None) != expected
 
 
 # -- the record of applied patches ----------------------------------------------------------
