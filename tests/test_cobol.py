@@ -85,6 +85,9 @@ def test_focus_on_a_function_by_name_and_a_file_found_by_its_base_name(cobol, re
     out = cobol.say("cobol focus on lines 1 to 2")  # the same file as before
     assert out["reply"] == "Focused on src/parse.py, lines 1–2."
     assert cobol.say("cobol what is the focus")["reply"] == "The focus is src/parse.py, lines 1–2."
+    # The focus belongs to its repository: in another one, nothing is in focus yet.
+    elsewhere = Cobol(cobol.client, make_repo(repo.parent / "elsewhere"))
+    assert elsewhere.say("cobol focus")["reply"].startswith("Nothing is in focus yet.")
 
 
 # -- rewrite --------------------------------------------------------------------------------

@@ -50,6 +50,11 @@ def test_refuse_paths(tmp_path):
     assert "outside the repository" in patches.refuse_paths(str(repo), escape)
     absolute = patches.parse("--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n")
     assert "outside the repository" in patches.refuse_paths(str(repo), absolute)
+    renamed = patches.parse(
+        "diff --git a/calc.py b/calc.py\nsimilarity index 100%\nrename from calc.py\n"
+        "rename to .git/hooks/post-checkout\n"
+    )
+    assert "inside .git" in patches.refuse_paths(str(repo), renamed)
     (repo / "link").symlink_to(tmp_path)  # a symlink out of the repository is outside too
     linked = patches.parse("--- a/link/y\n+++ b/link/y\n@@ -1 +1 @@\n-a\n+b\n")
     assert "outside the repository" in patches.refuse_paths(str(repo), linked)
@@ -148,6 +153,14 @@ def test_error_location_points_into_the_repository(tmp_path):
 def test_parse_focus_request(text, file, start, end, symbol):
     req = focus.parse_request(text)
     assert (req.file, req.start, req.end, req.symbol) == (file, start, end, symbol)
+
+
+@given(st.text(max_size=200))
+def test_diff_reading_never_fails(text):
+    found = patches.extract_diff(text)
+    assert found is None or found.endswith("\n")
+    patch = patches.parse(found or text)
+    assert patch.added >= 0 and patch.removed >= 0
 
 
 @given(st.text(max_size=80))

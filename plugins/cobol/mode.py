@@ -122,11 +122,15 @@ class Job:
 
     @property
     def focus(self) -> Focus | None:
+        """The session's focus in this repository (a focus elsewhere does not count here)."""
+        if self.ctx.state.get("focus_repo") != self.repo:
+            return None
         return Focus.from_state(self.ctx.state.get("focus"))
 
     @focus.setter
     def focus(self, value: Focus | None) -> None:
         self.ctx.state["focus"] = value.to_state() if value else None
+        self.ctx.state["focus_repo"] = self.repo
         self.ctx.extra["focus"] = value.to_state() if value else None
 
     def lines(self, rel: str) -> list[str]:

@@ -17,6 +17,7 @@ from .repo import git, inside
 
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:\n```|\Z)", re.DOTALL)
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@")
+_RENAMES = ("rename from ", "rename to ", "copy from ", "copy to ")
 TABLE = "cobol_patches"
 
 
@@ -36,6 +37,7 @@ class Patch:
     text: str
     strip: int  # the -p level for git apply
     files: list[FileChange] = field(default_factory=list)
+    renames: list[str] = field(default_factory=list)  # rename/copy paths of git-style headers
 
     @property
     def added(self) -> int:
@@ -84,6 +86,7 @@ def parse(text: str) -> Patch:
     lines = text.splitlines()
     headers: list[str] = []
     files: list[FileChange] = []
+    renames: list[str] = []
     current: FileChange | None = None
     in_hunk = False
     i = 0
@@ -103,6 +106,8 @@ def parse(text: str) -> Patch:
             continue
         if line.startswith("diff --git "):
             in_hunk = False
+        elif not in_hunk and line.startswith(_RENAMES):
+            renames.append(line.split(" ", 2)[2].strip())
         elif current is not None and (m := _HUNK.match(line)):
             in_hunk = True
             if current.first_new_line is None:
@@ -119,19 +124,19 @@ def parse(text: str) -> Patch:
     for f in files:
         if strip and f.path.startswith(("a/", "b/")):
             f.path = f.path[2:]
-    return Patch(text=text, strip=strip, files=files)
+    return Patch(text=text, strip=strip, files=files, renames=renames)
 
 
 def refuse_paths(repo: str, patch: Patch) -> str | None:
     """A sentence when the patch touches nothing, or a path outside the repo or inside .git."""
+    for path in [*patch.paths, *patch.renames]:
+        _, problem = inside(repo, path)
+        if problem:
+            return f"The change touches {path}: {problem}"
     if not patch.files:
         return (
             "The answer had no file headers (--- a/file, +++ b/file), so it is not a usable diff."
         )
-    for f in patch.files:
-        _, problem = inside(repo, f.path)
-        if problem:
-            return f"The change touches {f.path}: {problem}"
     return None
 
 
