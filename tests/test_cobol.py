@@ -4,6 +4,8 @@ the model's diffs, and the request bodies it received."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -20,7 +22,7 @@ from cobol_helpers import (
     plugin_manager,
     snapshot,
 )
-from conftest import Reply
+from conftest import ROOT, Reply
 
 
 class Cobol:
@@ -256,6 +258,21 @@ def test_compile_and_fix_loops_until_the_build_passes(cobol, backend, repo):
     assert "add(2, 3) should be 5" in user  # the build's errors
     assert "4 | def add(a, b):" in user  # and the focused code, numbered
     assert "return a + b" in (repo / "calc.py").read_text()
+
+
+def test_compile_and_fix_asks_once_for_the_whole_loop(make_client, backend, repo):
+    cobol = Cobol(make_client(cobol_build_command=BUILD, max_thought_loops=2), repo)
+    cobol.say("cobol focus on calc.py lines 4 to 5")
+    out = cobol.say("cobol compile and fix")
+    assert out["reply"] == (
+        f"Shall I run {BUILD} in {repo.resolve()} and apply the model's fixes, up to 2 rounds? "
+        "Say yes or no."
+    )
+    assert out["pending"]["action"] == "fix" and backend.chat_requests == []
+    backend.queue(FIX_ADD)
+    out = cobol.say("go ahead")
+    assert out["passed"] is True and out["rounds"] == 1
+    assert len(backend.chat_requests) == 1
 
 
 def test_compile_and_fix_without_focus_looks_where_the_error_points(cobol, backend, repo):
@@ -524,5 +541,26 @@ def test_a_coding_session_over_a_live_daemon(live, home, backend, tmp_path):
     assert say("cobol compile")["pending"]["action"] == "compile"
     assert say("yes")["reply"].startswith("Build passed in ")
     assert say("cobol show the diff")["diff"].count("+    return a + b") == 1
+    # The documented CLI form, `lmd say --cwd DIR cobol ...`, reaches the same session.
+    shown = subprocess.run(
+        [sys.executable, "-m", "daemon.cli", "say", "--url", daemon.url, "--session", "voice"]
+        + ["--cwd", str(repo), "cobol", "what", "is", "the", "focus"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+    )
+    assert shown.stdout == "The focus is calc.py, lines 4–5 (function add).\n", shown.stderr
     assert say("cobol undo")["reply"].startswith("Undone: changed add in calc.py")
     assert (repo / "calc.py").read_text() == CALC
+
+
+def test_a_failing_backend_leaves_the_repository_alone(cobol, backend, repo):
+    cobol.say("cobol focus on calc.py lines 4 to 5")
+    before = snapshot(repo)
+    backend.queue(Reply(status=500))
+    out = cobol.say("cobol rewrite add so that it adds", expect=502)
+    assert out["error"] == "The language model failed with HTTP 500; try again later."
+    assert snapshot(repo) == before
+    rows = stored(cobol.client.app.state.daemon.home, "SELECT * FROM cobol_patches")
+    assert rows == []
