@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from plugins.cobol import build, focus, patches
-from plugins.cobol.mode import classify, yes_or_no
+from plugins.cobol.intents import classify, yes_or_no
 
 BARE = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
 
