@@ -212,6 +212,27 @@ def test_compile_reads_out_the_first_error_then_passes(cobol, backend, repo):
     assert backend.chat_requests == []
 
 
+def test_compile_and_fix_with_pytest_as_the_build(make_client, monkeypatch, backend, tmp_path):
+    monkeypatch.setenv("LMD_MARAT_APPROVAL", "never")
+    test = "import calc\n\n\ndef test_add():\n    assert calc.add(2, 3) == 5\n"
+    repo = make_repo(tmp_path / "pytested", {"test_calc.py": test})
+    pytest_build = f"{sys.executable} -m pytest -q -p no:cacheprovider"
+    cobol = Cobol(make_client(pm=plugin_manager(), cobol_build_command=pytest_build), repo)
+    out = cobol.say("cobol compile")
+    assert (
+        out["reply"]
+        == "Build failed (exit code 1): FAILED test_calc.py::test_add - assert -1 == 5."
+    )
+    before = snapshot(repo)
+    backend.queue(FIX_ADD)
+    out = cobol.say("cobol compile and fix")  # no focus: the traceback points at the code
+    assert out["passed"] is True and out["rounds"] == 1
+    assert "1 passed" in out["build"]["output"]
+    assert "def test_add():" in backend.chat_requests[0]["messages"][-1]["content"]
+    cobol.say("cobol undo")
+    assert snapshot(repo) == before
+
+
 def test_compile_detects_the_makefile_target_and_says_so(make_client, monkeypatch, tmp_path):
     monkeypatch.setenv("LMD_MARAT_APPROVAL", "never")
     repo = make_repo(tmp_path / "made", {"Makefile": f"test:\n\t{BUILD}\n\nother:\n\techo other\n"})

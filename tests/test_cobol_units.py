@@ -132,8 +132,10 @@ def test_error_location_points_into_the_repository(tmp_path):
         'File "/usr/lib/python3/x.py", line 9\n'
         f'File "{tmp_path}/calc.py", line 5, in add\ncalc.py:5: AssertionError\n'
     )
-    assert build.error_location(out, str(tmp_path)) == ("calc.py", 5)
-    assert build.error_location("nothing here", str(tmp_path)) is None
+    (tmp_path / "test_calc.py").write_text("import calc\n")
+    out += "test_calc.py:1: in <module>\ncalc.py:9: again\n"
+    assert build.error_locations(out, str(tmp_path)) == [("calc.py", 5), ("test_calc.py", 1)]
+    assert build.error_locations("nothing here", str(tmp_path)) == []
 
 
 @pytest.mark.parametrize(

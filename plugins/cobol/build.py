@@ -13,7 +13,8 @@ _MAKE_TARGET = r"^{}\s*:(?!=)"
 _ERROR_TIERS = (
     re.compile(r"^(?:E\s+)?[\w.]*(?:Error|Exception|error(?:\[\w+\])?)\b:\s*\S"),
     re.compile(r"^\S+:\d+(?::\d+)?:\s*(?:fatal )?error\b"),
-    re.compile(r"^(?:FAILED|FAIL|ERROR)\b|^E\s+\S|\bpanic\b"),
+    re.compile(r"^(?:FAILED|FAIL|ERROR)\b|\bpanic\b"),
+    re.compile(r"^E\s+\S"),
     re.compile(r"(?i)\b(?:error|failed|failure|exception|assert\w*|cannot|undefined)\b"),
 )
 _NOT_AN_ERROR = re.compile(r"(?i)\b(0|no) (errors?|failures?|failed)\b")
@@ -61,8 +62,8 @@ def first_error(output: str) -> str:
     return _short(lines[-1]) if lines else "it printed nothing"
 
 
-def error_location(output: str, repo: str) -> tuple[str, int] | None:
-    """(file, line) of the first error that points into the repository."""
+def error_locations(output: str, repo: str, limit: int = 3) -> list[tuple[str, int]]:
+    """(file, line) of the first errors pointing into the repository, one per file, in order."""
     patterns = (
         re.compile(r'File "([^"]+)", line (\d+)'),
         re.compile(r"^([\w./-]+\.\w+):(\d+)(?::\d+)?:", re.MULTILINE),
@@ -72,6 +73,7 @@ def error_location(output: str, repo: str) -> tuple[str, int] | None:
         for m in pat.finditer(output):
             found.append((m.start(), m.group(1), int(m.group(2))))
     root = Path(repo).resolve()
+    places: dict[str, int] = {}
     for _, name, line in sorted(found):
         path = Path(name) if Path(name).is_absolute() else root / name
         try:
@@ -79,8 +81,8 @@ def error_location(output: str, repo: str) -> tuple[str, int] | None:
         except (ValueError, OSError):
             continue
         if path.is_file() and ".git" not in rel.parts:
-            return str(rel), line
-    return None
+            places.setdefault(str(rel), line)
+    return list(places.items())[:limit]
 
 
 def _short(line: str, limit: int = 200) -> str:

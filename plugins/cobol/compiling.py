@@ -105,15 +105,14 @@ async def compile_and_fix(job: Job, command: str, why: str | None) -> str:
     rounds = 0
     stopped = ""
     while result.exit_code != 0 and not result.timed_out and rounds < limit:
-        target = _fix_target(job, result.output)
-        if target is None:
+        targets = _fix_targets(job, result.output)
+        if not targets:
             stopped = (
                 "I could not tell which code to fix; focus on it and say compile and fix again."
             )
             break
         rounds += 1
-        lines = job.lines(target.file)
-        code = focus.render(target, lines, job.max_tokens, job.model)
+        code = _render(job, targets)
         messages = [
             {"role": "system", "content": prompts.text("edit")},
             {"role": "user", "content": prompts.fix_request(command, result.output, code, changes)},
@@ -145,20 +144,32 @@ async def compile_and_fix(job: Job, command: str, why: str | None) -> str:
     return " ".join(s for s in said if s)
 
 
-def _fix_target(job: Job, output: str) -> Focus | None:
-    """The focus, else the code around the first error that points into the repository."""
+def _fix_targets(job: Job, output: str) -> list[Focus]:
+    """The focus, else the code around the first errors that point into the repository."""
     if job.focus is not None:
-        return job.focus
-    where = build.error_location(output, job.repo)
-    if where is None:
-        return None
-    rel, line = where
-    try:
-        lines = job.lines(rel)
-    except LmdError:
-        return None
-    line = min(max(1, line), len(lines))
-    named = focus.enclosing_symbol(lines, line)
-    if named and (found := focus.symbol_range(lines, named[0])):
-        return Focus(rel, found[0], found[1], named[0], found[2])
-    return Focus(rel, max(1, line - 10), min(len(lines), line + 10))
+        return [job.focus]
+    places = build.error_locations(output, job.repo)
+    share = job.max_tokens // max(1, len(places))
+    targets = []
+    for rel, line in places:
+        try:
+            lines = job.lines(rel)
+        except LmdError:
+            continue
+        line = min(max(1, line), len(lines))
+        target = Focus(rel, max(1, line - 10), min(len(lines), line + 10))
+        named = focus.enclosing_symbol(lines, line)
+        if named and (found := focus.symbol_range(lines, named[0])):
+            whole = Focus(rel, found[0], found[1], named[0], found[2])
+            try:
+                focus.check_size(whole, lines, share, job.model)
+                target = whole  # the whole function when it fits its share of the budget
+            except LmdError:
+                pass
+        targets.append(target)
+    return targets
+
+
+def _render(job: Job, targets: list[Focus]) -> str:
+    share = job.max_tokens // len(targets)
+    return "\n\n".join(focus.render(t, job.lines(t.file), share, job.model) for t in targets)
