@@ -166,7 +166,11 @@ def test_a_diff_that_never_applies_changes_nothing(cobol, backend, repo):
     before = snapshot(repo)
     backend.queue(WRONG_CONTEXT, "I think you should just change the minus to a plus.")
     out = cobol.say("cobol rewrite function add so that it adds", expect=422)
-    assert out["error"].startswith("The model's change did not apply, even after I showed it")
+    assert out["error"] == (
+        "The model's change did not apply even after I showed it git's error, so I changed "
+        "nothing; try rephrasing the request or focusing on a smaller range."
+    )
+    assert out["detail"]["git"] == "The answer contained no unified diff."
     assert len(backend.chat_requests) == 2
     assert "no unified diff" not in backend.chat_requests[1]["messages"][-1]["content"]
     assert snapshot(repo) == before
@@ -179,7 +183,10 @@ def test_a_diff_outside_the_repository_or_into_git_is_refused(cobol, backend, re
     into_git = "```diff\n--- /dev/null\n+++ b/.git/hooks/pre-commit\n@@ -0,0 +1 @@\n+owned\n```"
     backend.queue(escape, into_git)
     out = cobol.say("cobol rewrite function add so that it adds", expect=422)
-    assert "inside .git" in out["error"]
+    assert out["error"] == (
+        "The model's change touches .git/hooks/pre-commit, inside .git, so I refused it and "
+        "changed nothing."
+    )
     assert "outside the repository" in backend.chat_requests[1]["messages"][-1]["content"]
     assert not (tmp_path / "evil.txt").exists()
     assert not (repo / ".git" / "hooks" / "pre-commit").exists()
@@ -450,6 +457,11 @@ def test_not_a_git_repository(cobol, tmp_path):
     assert not (plain / ".git").exists()
     out = Cobol(cobol.client, None, session="nowhere").say("cobol compile", expect=400)
     assert out["error"].startswith("I do not know which repository to work in")
+    out = Cobol(cobol.client, tmp_path / "gone").say("cobol compile", expect=400)
+    assert out["error"] == (
+        f"The directory {tmp_path / 'gone'} does not exist; point cobol_repo or --cwd at a "
+        "repository."
+    )
 
 
 def test_the_cobol_repo_setting_names_the_repository(make_client, monkeypatch, repo):
@@ -501,16 +513,13 @@ def test_merge_conflicts_block_edits_and_nothing_changes(cobol, backend, repo):
     assert subprocess_result.returncode != 0  # a conflict
     cobol.say("cobol focus on check.py")
     before = snapshot(repo)
-    backend.queue(
-        "```diff\n--- a/check.py\n+++ b/check.py\n@@ -4 +4 @@\n"
-        '-print("all good")\n+print("all fine")\n```'
-    )
     out = cobol.say("cobol change the message", expect=409)
     assert out["error"] == (
         "The repository has unresolved merge conflicts in calc.py; resolve them first, "
         "then ask again."
     )
-    assert snapshot(repo) == before
+    assert snapshot(repo) == before and backend.chat_requests == []
+    assert cobol.say("cobol undo")["reply"] == "There is no change of mine to undo in this session."
 
 
 def test_undo_after_hand_edits_to_the_same_lines_is_refused(cobol, backend, repo):
@@ -585,3 +594,15 @@ def test_a_failing_backend_leaves_the_repository_alone(cobol, backend, repo):
     assert snapshot(repo) == before
     rows = stored(cobol.client.app.state.daemon.home, "SELECT * FROM cobol_patches")
     assert rows == []
+
+
+def test_replies_stream_as_server_sent_events(cobol, repo):
+    r = cobol.client.post(
+        "/v1",
+        content=b"cobol focus on calc.py lines 4 to 5",
+        headers={"Accept": "text/event-stream", "X-Cwd": str(repo), "X-Session": "sse"},
+    )
+    assert r.status_code == 200
+    events = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
+    assert json.loads(events[0]) == "Focused on calc.py, lines 4–5 (function add)."
+    assert events[-1] == "[DONE]"

@@ -32,6 +32,7 @@ async def edit(job: Job, text: str) -> AsyncIterator[str]:
         {"role": "system", "content": prompts.text("edit")},
         {"role": "user", "content": prompts.edit_request(code, text.strip())},
     ]
+    await refuse_conflicts(job)  # before asking the model, not only before applying
     patch = await ask_for_patch(job, messages)
     if approval_level(job.ctx) == "always":
         summary = describe_patch(job, patch, before=True)
@@ -45,16 +46,30 @@ async def edit(job: Job, text: str) -> AsyncIterator[str]:
     yield await apply_and_record(job, patch)
 
 
+async def refuse_conflicts(job: Job) -> None:
+    """Editing during a conflicted merge would mix our change into it: refuse with a sentence."""
+    conflicts = await unmerged_paths(job.repo)
+    if conflicts:
+        raise LmdError(
+            f"The repository has unresolved merge conflicts in {', '.join(conflicts[:3])}; "
+            "resolve them first, then ask again.",
+            status=409,
+        )
+
+
 async def ask_for_patch(job: Job, messages: list[dict]) -> patches.Patch:
     """The model's diff, checked; one retry with git's complaint; a sentence when it fails."""
     problem = ""
+    refused = None
     for attempt in (1, 2):
         reply = await job.ctx.llm.chat(messages)
         diff = patches.extract_diff(reply)
+        refused = None
         if diff is None:
             problem = "The answer contained no unified diff."
         else:
             patch = patches.parse(diff)
+            refused = patches.bad_path(job.repo, patch)
             problem = await patches.check(job.repo, patch) or ""
             if not problem:
                 return patch
@@ -67,10 +82,16 @@ async def ask_for_patch(job: Job, messages: list[dict]) -> patches.Patch:
                 {"role": "assistant", "content": reply},
                 {"role": "user", "content": feedback},
             ]
-    first = problem.strip().splitlines()[0] if problem.strip() else "no reason given"
+    if refused:
+        raise LmdError(
+            f"The model's change touches {refused[0]}, {refused[1]}, so I refused it and "
+            "changed nothing.",
+            status=422,
+            detail={"git": problem},
+        )
     raise LmdError(
-        f"The model's change did not apply, even after I showed it the error, so I changed "
-        f"nothing ({first}). Try rephrasing the request or focusing on a smaller range.",
+        "The model's change did not apply even after I showed it git's error, so I changed "
+        "nothing; try rephrasing the request or focusing on a smaller range.",
         status=422,
         detail={"git": problem},
     )
@@ -78,13 +99,7 @@ async def ask_for_patch(job: Job, messages: list[dict]) -> patches.Patch:
 
 async def apply_and_record(job: Job, patch: patches.Patch) -> str:
     """Apply a checked patch, record it for undo, and say what changed."""
-    conflicts = await unmerged_paths(job.repo)
-    if conflicts:
-        raise LmdError(
-            f"The repository has unresolved merge conflicts in {', '.join(conflicts[:3])}; "
-            "resolve them first, then ask again.",
-            status=409,
-        )
+    await refuse_conflicts(job)
     own = [
         patches.from_row(r) for r in patches.applied(job.ctx.store, job.ctx.session.name, job.repo)
     ]
@@ -189,13 +204,7 @@ async def undo(job: Job) -> str:
         return "There is no change of mine to undo in this session."
     row = rows[-1]
     patch = patches.from_row(row)
-    conflicts = await unmerged_paths(job.repo)
-    if conflicts:
-        raise LmdError(
-            f"The repository has unresolved merge conflicts in {', '.join(conflicts[:3])}; "
-            "resolve them first, then ask again.",
-            status=409,
-        )
+    await refuse_conflicts(job)
     problem = await patches.apply(job.repo, patch, reverse=True)
     if problem:
         raise LmdError(

@@ -127,6 +127,15 @@ def parse(text: str) -> Patch:
     return Patch(text=text, strip=strip, files=files, renames=renames)
 
 
+def bad_path(repo: str, patch: Patch) -> tuple[str, str] | None:
+    """(path, 'outside the repository' or 'inside .git') for the first path we never touch."""
+    for path in [*patch.paths, *patch.renames]:
+        _, problem = inside(repo, path)
+        if problem:
+            return path, "inside .git" if "inside .git" in problem else "outside the repository"
+    return None
+
+
 def refuse_paths(repo: str, patch: Patch) -> str | None:
     """A sentence when the patch touches nothing, or a path outside the repo or inside .git."""
     for path in [*patch.paths, *patch.renames]:
