@@ -84,6 +84,8 @@ def test_focus_on_a_function_by_name_and_a_file_found_by_its_base_name(cobol, re
     git(repo, "commit", "-qm", "src")
     out = cobol.say("cobol focus on function parse_header in parse.py")
     assert out["reply"] == "Focused on src/parse.py, lines 8–12 (function parse_header)."
+    out = cobol.say("cobol focus on function add")  # two files define it: the focused one wins
+    assert out["reply"] == "Focused on src/parse.py, lines 4–5 (function add)."
     out = cobol.say("cobol focus on lines 1 to 2")  # the same file as before
     assert out["reply"] == "Focused on src/parse.py, lines 1–2."
     assert cobol.say("cobol what is the focus")["reply"] == "The focus is src/parse.py, lines 1–2."
@@ -140,6 +142,20 @@ def test_rewrite_finds_the_function_it_names(cobol, backend, repo):
     out = cobol.say("cobol rewrite function nothing_here so that it works", expect=400)
     assert out["error"] == "I found no function or class called nothing_here in calc.py."
     assert snapshot(repo) == before and len(backend.chat_requests) == 2
+
+
+def test_rewrite_without_focus_finds_the_function_in_the_repository(cobol, backend, repo):
+    backend.queue(FIX_ADD)
+    out = cobol.say("cobol rewrite add so that it adds")
+    assert out["reply"] == "Changed add in calc.py: 1 line added, 1 removed."
+    (repo / "more.py").write_text("def twice(x):\n    return 2 * x\n")
+    (repo / "again.py").write_text("def twice(x):\n    return x + x\n")
+    out = cobol.say("cobol focus on function twice", expect=400)
+    assert out["error"] == (
+        "twice is defined in several files (again.py, more.py); name the file too."
+    )
+    out = cobol.say("cobol focus on function nowhere_at_all", expect=400)
+    assert out["error"].startswith("I found no function or class called nowhere_at_all in calc")
 
 
 def test_rewrite_retries_once_with_gits_error(cobol, backend, repo):

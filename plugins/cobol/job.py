@@ -97,6 +97,24 @@ async def resolve_file(job: Job, name: str, strict: bool) -> str | None:
     raise LmdError(f"There is no file {name} in the repository {job.repo}; check the name.")
 
 
+async def find_definition(job: Job, name: str, strict: bool) -> str | None:
+    """The one file defining `name`; None when none does (or several do and not strict)."""
+    code, out = await git(job.repo, "grep", "-l", "-I", "-w", "--untracked", "-e", name)
+    files = out.splitlines()[:50] if code == 0 else []
+    defining = []
+    for rel in files:
+        try:
+            if focus.symbol_range(job.lines(rel), name):
+                defining.append(rel)
+        except LmdError:
+            continue
+    if len(defining) > 1 and strict:
+        raise LmdError(
+            f"{name} is defined in several files ({', '.join(defining[:4])}); name the file too."
+        )
+    return defining[0] if len(defining) == 1 else None
+
+
 async def focus_from_words(
     job: Job, req: focus.FocusRequest, strict: bool, guess: str | None = None
 ) -> Focus | None:
@@ -104,6 +122,16 @@ async def focus_from_words(
     may or may not be one); None when nothing was asked and `strict` is off."""
     current = job.focus
     rel = await resolve_file(job, req.file, strict) if req.file else None
+    name = req.symbol or guess
+    if rel is None and name and req.start is None:
+        here = focus.symbol_range(job.lines(current.file), name) if current else None
+        if here is None:  # "function parse_header" alone: look for it in the whole repository
+            rel = await find_definition(job, name, strict=req.symbol is not None)
+            if rel is None and current is None and req.symbol:
+                raise LmdError(
+                    f"I found no function or class called {name} in the repository; "
+                    "name the file too."
+                )
     if rel is None:
         if req.symbol is None and req.start is None:
             if strict:
