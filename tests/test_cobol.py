@@ -102,6 +102,7 @@ def test_rewrite_applies_the_models_diff_and_says_what_changed(cobol, backend, r
         "cobol rewrite function parse_header so that it accepts lowercase keys", expect=200
     )
     assert out["reply"] == "Changed parse_header in calc.py: 2 lines added, 1 removed."
+    assert out["focus"]["end"] == 13  # the focus follows the function as it grows
     assert "key = key.strip().title()" in (repo / "calc.py").read_text()
     assert out["diff"].startswith("--- a/calc.py")
     assert out["applied"][0]["files"] == ["calc.py"]

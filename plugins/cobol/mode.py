@@ -38,6 +38,7 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
         return
     job = Job(ctx, await find_root(chosen_directory(ctx.settings["cobol_repo"], ctx.session.cwd)))
     ctx.extra["repo"] = job.repo
+    ctx.extra["focus"] = job.focus.to_state() if job.focus else None
     if intent == "status":
         current = job.focus
         yield (
