@@ -91,6 +91,12 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('marat_start_dir', '~');
 
 
 -- == cobol ==
+-- Repository cobol works in; empty means the session's working directory (X-Cwd, lmd say --cwd).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('cobol_repo', '');
+-- Build/test command cobol compiles with; empty means detect it from the repository.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('cobol_build_command', '');
+-- Seconds a cobol build may run before it and its child processes are killed.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('cobol_build_timeout_secs', '300');
 
 
 

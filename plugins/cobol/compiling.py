@@ -1,0 +1,175 @@
+"""compile and compile-and-fix: run the build through the core runner; while it fails, show
+the model the errors and the code, apply its diff, and build again."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from daemon.errors import LmdError
+
+from . import build, focus, prompts
+from .edits import apply_and_record, ask_for_patch
+from .focus import Focus
+from .intents import plural
+from .job import Job, approval_level, ask
+
+
+def build_command(job: Job) -> tuple[str, str | None]:
+    """(command, why it was chosen or None when set by the user)."""
+    command = job.ctx.settings["cobol_build_command"].strip()
+    if command:
+        return command, None
+    found = build.detect(job.repo)
+    if found is None:
+        raise LmdError(
+            "I could not tell how to build this repository; set cobol_build_command, for "
+            "example: lmd settings set cobol_build_command 'make test'."
+        )
+    return found
+
+
+async def compile_request(job: Job, fix: bool) -> AsyncIterator[str]:
+    command, why = build_command(job)
+    if approval_level(job.ctx) != "never":
+        chosen = f" (chosen from {why})" if why else ""
+        if fix:
+            rounds = job.ctx.settings["max_thought_loops"]
+            question = (
+                f"Shall I run {command}{chosen} in {job.repo} and apply the model's fixes, "
+                f"up to {plural(rounds, 'round')}? Say yes or no."
+            )
+        else:
+            question = f"Shall I run {command}{chosen} in {job.repo}? Say yes or no."
+        pending = {"action": "fix" if fix else "compile", "repo": job.repo, "command": command}
+        yield ask(job.ctx, question, {**pending, "why": why})
+        return
+    if fix:
+        yield await compile_and_fix(job, command, why)
+    else:
+        yield await compile_once(job, command, why)
+
+
+async def run_build(job: Job, command: str):
+    from daemon.runner import run_command
+
+    s = job.ctx.settings
+    result = await run_command(
+        command, job.repo, s["cobol_build_timeout_secs"], s["max_bash_output_len_for_response"]
+    )
+    job.ctx.extra.setdefault("builds", []).append(
+        {
+            "command": command,
+            "exit_code": result.exit_code,
+            "timed_out": result.timed_out,
+            "duration": round(result.duration, 3),
+            "output": result.output,
+        }
+    )
+    return result
+
+
+def _chosen(command: str, why: str | None) -> str:
+    return f"No build command is set, so I used {command} ({why}). " if why else ""
+
+
+def _outcome(job: Job, result) -> str:
+    if result.timed_out:
+        return (
+            f"The build {result.command} did not finish within "
+            f"{job.ctx.settings['cobol_build_timeout_secs']} seconds and was stopped; raise "
+            "cobol_build_timeout_secs if it needs longer."
+        )
+    if result.exit_code == 0:
+        return f"Build passed in {result.duration:.1f} seconds."
+    error = build.first_error(result.output)
+    end = "" if error.endswith((".", "!", "?", "…")) else "."
+    return f"Build failed (exit code {result.exit_code}): {error}{end}"
+
+
+async def compile_once(job: Job, command: str, why: str | None) -> str:
+    result = await run_build(job, command)
+    job.ctx.extra["build"] = job.ctx.extra["builds"][-1]
+    job.ctx.reply_kind = "contextual"
+    return _chosen(command, why) + _outcome(job, result)
+
+
+async def compile_and_fix(job: Job, command: str, why: str | None) -> str:
+    """Build; while it fails, show the model the errors and the code, apply its diff, rebuild."""
+    limit = job.ctx.settings["max_thought_loops"]
+    said = [_chosen(command, why).strip()]
+    result = await run_build(job, command)
+    if result.exit_code == 0:
+        return " ".join([*said, "Build passed already; nothing to fix."]).strip()
+    said.append(_outcome(job, result))
+    changes: list[str] = []
+    rounds = 0
+    stopped = ""
+    while result.exit_code != 0 and not result.timed_out and rounds < limit:
+        targets = _fix_targets(job, result.output)
+        if not targets:
+            stopped = (
+                "I could not tell which code to fix; focus on it and say compile and fix again."
+            )
+            break
+        rounds += 1
+        code = _render(job, targets)
+        messages = [
+            {"role": "system", "content": prompts.text("edit")},
+            {"role": "user", "content": prompts.fix_request(command, result.output, code, changes)},
+        ]
+        try:
+            patch = await ask_for_patch(job, messages)
+            summary = await apply_and_record(job, patch)
+        except LmdError as e:
+            if e.status >= 500 or e.kind == "backend":
+                raise
+            stopped = f"In round {rounds} {e.message[0].lower()}{e.message[1:]}"
+            break
+        changes.append(summary.rstrip("."))
+        said.append(f"Round {rounds}: {summary}")
+        result = await run_build(job, command)
+    job.ctx.extra["build"] = job.ctx.extra["builds"][-1]
+    job.ctx.extra["rounds"] = rounds
+    job.ctx.extra["passed"] = result.exit_code == 0
+    job.ctx.reply_kind = "contextual"
+    if stopped:
+        said.append(stopped)
+    if result.exit_code == 0:
+        said.append(f"The build passes now, after {plural(rounds, 'round')}.")
+    else:
+        state = _outcome(job, result) if rounds else ""
+        said.append(f"After {plural(rounds, 'round')} the build still fails. {state}".strip())
+        if changes:
+            said.append("The changes stay applied; say undo to revert them one at a time.")
+    return " ".join(s for s in said if s)
+
+
+def _fix_targets(job: Job, output: str) -> list[Focus]:
+    """The focus, else the code around the first errors that point into the repository."""
+    if job.focus is not None:
+        return [job.focus]
+    places = build.error_locations(output, job.repo)
+    share = job.max_tokens // max(1, len(places))
+    targets = []
+    for rel, line in places:
+        try:
+            lines = job.lines(rel)
+        except LmdError:
+            continue
+        line = min(max(1, line), len(lines))
+        target = Focus(rel, max(1, line - 10), min(len(lines), line + 10))
+        named = focus.enclosing_symbol(lines, line)
+        if named and (found := focus.symbol_range(lines, named[0])):
+            whole = Focus(rel, found[0], found[1], named[0], found[2])
+            try:
+                focus.check_size(whole, lines, share, job.model)
+                target = whole  # the whole function when it fits its share of the budget
+            except LmdError:
+                pass
+        targets.append(target)
+    return targets
+
+
+def _render(job: Job, targets: list[Focus]) -> str:
+    share = job.max_tokens // len(targets)
+    return "\n\n".join(focus.render(t, job.lines(t.file), share, job.model) for t in targets)

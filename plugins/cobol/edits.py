@@ -1,0 +1,245 @@
+"""Edits as diffs: ask the model, check, apply, record, describe; undo and show them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from daemon.errors import LmdError
+
+from . import focus, patches, prompts
+from .intents import EDIT_TARGET, plural
+from .job import Job, approval_level, ask, focus_from_words
+from .repo import dirty_files, inside, unmerged_paths
+
+
+async def edit(job: Job, text: str) -> AsyncIterator[str]:
+    """Ask the model for a diff that does what `text` says to the focused code; apply it."""
+    req = focus.parse_request(text)
+    # "rewrite parse_header so that ..." may name a function without saying "function".
+    target = EDIT_TARGET.match(text.strip()) if req.symbol is None else None
+    guess = target.group(1) if target else None
+    if req.file and job.focus is not None and not (req.symbol or req.start or guess):
+        req.file = None  # a file mentioned in passing does not move the focus
+    await focus_from_words(job, req, strict=False, guess=guess)
+    current = job.focus
+    if current is None:
+        raise LmdError(
+            "Nothing is in focus; first say, for example: focus on src/parse.py lines 10 to 40."
+        )
+    lines = job.lines(current.file)
+    code = focus.render(current, lines, job.max_tokens, job.model)
+    messages = [
+        {"role": "system", "content": prompts.text("edit")},
+        {"role": "user", "content": prompts.edit_request(code, text.strip())},
+    ]
+    await refuse_conflicts(job)  # before asking the model, not only before applying
+    patch = await ask_for_patch(job, messages)
+    if approval_level(job.ctx) == "always":
+        summary = describe_patch(job, patch, before=True)
+        job.ctx.extra["diff"] = patch.text
+        yield ask(
+            job.ctx,
+            f"{summary} Shall I apply it? Say yes or no.",
+            {"action": "apply", "repo": job.repo, "patch": patch.text},
+        )
+        return
+    yield await apply_and_record(job, patch)
+
+
+async def refuse_conflicts(job: Job) -> None:
+    """Editing during a conflicted merge would mix our change into it: refuse with a sentence."""
+    conflicts = await unmerged_paths(job.repo)
+    if conflicts:
+        raise LmdError(
+            f"The repository has unresolved merge conflicts in {', '.join(conflicts[:3])}; "
+            "resolve them first, then ask again.",
+            status=409,
+        )
+
+
+async def ask_for_patch(job: Job, messages: list[dict]) -> patches.Patch:
+    """The model's diff, checked; one retry with git's complaint; a sentence when it fails."""
+    problem = ""
+    refused = None
+    for attempt in (1, 2):
+        reply = await job.ctx.llm.chat(messages)
+        diff = patches.extract_diff(reply)
+        refused = None
+        if diff is None:
+            problem = "The answer contained no unified diff."
+        else:
+            patch = patches.parse(diff)
+            refused = patches.bad_path(job.repo, patch)
+            problem = await patches.check(job.repo, patch) or ""
+            if not problem:
+                return patch
+        if attempt == 1:
+            feedback = prompts.retry_feedback(problem)
+            job.ctx.add_prompt("assistant", reply, "decorative")
+            job.ctx.add_prompt("user", feedback, "decorative")
+            messages = [
+                *messages,
+                {"role": "assistant", "content": reply},
+                {"role": "user", "content": feedback},
+            ]
+    if refused:
+        raise LmdError(
+            f"The model's change touches {refused[0]}, {refused[1]}, so I refused it and "
+            "changed nothing.",
+            status=422,
+            detail={"git": problem},
+        )
+    raise LmdError(
+        "The model's change did not apply even after I showed it git's error, so I changed "
+        "nothing; try rephrasing the request or focusing on a smaller range.",
+        status=422,
+        detail={"git": problem},
+    )
+
+
+async def apply_and_record(job: Job, patch: patches.Patch) -> str:
+    """Apply a checked patch, record it for undo, and say what changed."""
+    await refuse_conflicts(job)
+    own = [
+        patches.from_row(r) for r in patches.applied(job.ctx.store, job.ctx.session.name, job.repo)
+    ]
+    kept = [
+        path
+        for path in await dirty_files(job.repo, patch.paths)
+        if await patches.hand_edited(job.repo, path, [p for p in own if path in p.paths])
+    ]
+    problem = await patches.apply(job.repo, patch)
+    if problem:
+        first = problem.splitlines()[0]
+        raise LmdError(
+            f"The change no longer applies to the files as they are now, so nothing was touched "
+            f"({first}).",
+            status=409,
+            detail={"git": problem},
+        )
+    summary = describe_patch(job, patch)
+    patch_id = patches.record(job.ctx.store, job.ctx.session.name, job.repo, patch, summary)
+    _follow_focus(job, patch, +1)
+    job.ctx.extra["diff"] = patch.text
+    job.ctx.extra.setdefault("applied", []).append(
+        {"id": patch_id, "files": patch.paths, "added": patch.added, "removed": patch.removed}
+    )
+    job.ctx.reply_kind = "contextual"
+    note = ""
+    if kept:
+        note = f" Your uncommitted changes to {', '.join(kept)} were kept; the edit sits on top."
+    return summary + note
+
+
+def describe_patch(job: Job, patch: patches.Patch, before: bool = False) -> str:
+    """'Changed parse_header in src/parse.py: 3 lines added, 1 removed.'"""
+    described = [_describe_file(job, f, before) for f in patch.files]
+    if len(described) == 1:
+        head, counts = described[0]
+        text = f"{head}: {counts}" if counts else head
+    else:
+        shown = [f"{head} ({counts})" if counts else head for head, counts in described]
+        text = ", ".join(shown[:-1]) + " and " + shown[-1]
+    if before:
+        return f"The model proposes: {text}."
+    return text[0].upper() + text[1:] + "."
+
+
+def _describe_file(job: Job, f: patches.FileChange, before: bool) -> tuple[str, str | None]:
+    """(what happened to the file, the line counts) in words."""
+    if f.created:
+        return f"created {f.path} with {plural(f.added, 'line')}", None
+    if f.deleted:
+        return f"deleted {f.path}", None
+    where = _changed_symbol(job, f, before)
+    head = f"changed {where} in {f.path}" if where else f"changed {f.path}"
+    return head, f"{plural(f.added, 'line')} added, {f.removed} removed"
+
+
+def _changed_symbol(job: Job, f: patches.FileChange, before: bool) -> str | None:
+    path, problem = inside(job.repo, f.path)
+    if problem or not path.is_file():
+        return None
+    try:
+        lines = path.read_text("utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    line = f.first_new_line
+    if not before and f.first_added is not None:
+        for i, text in enumerate(lines, 1):
+            if text == f.first_added:
+                line = i
+                break
+    found = focus.enclosing_symbol(lines, line) if line else None
+    return found[0] if found else None
+
+
+def _follow_focus(job: Job, patch: patches.Patch, direction: int) -> None:
+    """Keep the focus on the same code after its file changed."""
+    current = job.focus
+    if current is None:
+        return
+    change = next((f for f in patch.files if f.path == current.file), None)
+    if change is None:
+        return
+    try:
+        lines = job.lines(current.file)
+    except LmdError:
+        job.focus = None  # the file is gone
+        return
+    if current.symbol and (found := focus.symbol_range(lines, current.symbol)):
+        current.start, current.end, current.kind = found
+    else:
+        delta = (change.added - change.removed) * direction
+        current.end = max(current.start, min(len(lines), current.end + delta))
+        current.start = min(current.start, max(1, len(lines)))
+    job.focus = current
+
+
+# -- undo and diff --------------------------------------------------------------------------
+async def undo(job: Job) -> str:
+    """Reverse exactly the last change of this session still in place."""
+    rows = patches.applied(job.ctx.store, job.ctx.session.name, job.repo)
+    if not rows:
+        return "There is no change of mine to undo in this session."
+    row = rows[-1]
+    patch = patches.from_row(row)
+    await refuse_conflicts(job)
+    problem = await patches.apply(job.repo, patch, reverse=True)
+    if problem:
+        raise LmdError(
+            f"I cannot undo the last change to {', '.join(patch.paths)}: those lines were "
+            "changed since, so reversing it would not apply cleanly; nothing was touched.",
+            status=409,
+            detail={"git": problem},
+        )
+    patches.mark_reverted(job.ctx.store, row["id"])
+    _follow_focus(job, patch, -1)
+    job.ctx.extra["reverted"] = {"id": row["id"], "files": patch.paths, "diff": patch.text}
+    summary = row["summary"] or f"the change to {', '.join(patch.paths)}."
+    return "Undone: " + summary[0].lower() + summary[1:]
+
+
+def show_diff(job: Job) -> str:
+    """The changes this session made that are still in place: a summary, then the diffs."""
+    rows = patches.applied(job.ctx.store, job.ctx.session.name, job.repo)
+    if not rows:
+        job.ctx.extra["diff"] = ""
+        return "I have not changed anything in this session."
+    totals: dict[str, list[int]] = {}
+    for row in rows:
+        for f in patches.from_row(row).files:
+            counts = totals.setdefault(f.path, [0, 0])
+            counts[0] += f.added
+            counts[1] += f.removed
+    files = [f"{p} ({a} added, {r} removed)" for p, (a, r) in totals.items()]
+    listed = files[0] if len(files) == 1 else ", ".join(files[:-1]) + " and " + files[-1]
+    diff = "".join(row["patch"] for row in rows)
+    job.ctx.extra["diff"] = diff
+    job.ctx.extra["changes"] = [
+        {"id": r["id"], "summary": r["summary"], "files": r["files"]} for r in rows
+    ]
+    return (
+        f"This session made {plural(len(rows), 'change')} still in place, touching {listed}."
+        f"\n\n{diff}"
+    )

@@ -1,0 +1,90 @@
+"""`cobol`: spoken coding through git — focus, rewrite, compile, compile and fix, undo, diff.
+
+Every change is a unified diff from the model, checked with `git apply --check`, applied with
+`git apply`, recorded, and reversible with `undo`. Replies are short sentences a listener can
+follow; the full diffs and build output go into the JSON reply.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from daemon.modes import Context
+
+from . import focus, patches
+from .compiling import compile_and_fix, compile_once, compile_request
+from .edits import apply_and_record, edit, show_diff, undo
+from .intents import HELP, classify, yes_or_no
+from .job import Job, focus_from_words
+from .repo import chosen_directory, find_root
+
+
+async def respond(ctx: Context) -> AsyncIterator[str]:
+    text = ctx.text.strip()
+    pending = ctx.pending or _remembered_pending(ctx, text)
+    ctx.state.pop("pending", None)
+    if pending:
+        answer = yes_or_no(text)
+        if answer is None:
+            yield _declined(pending) + " "
+        else:
+            async for chunk in _resume(ctx, pending, answer):
+                yield chunk
+            return
+    intent = classify(text)
+    if intent == "help":
+        yield HELP
+        return
+    job = Job(ctx, await find_root(chosen_directory(ctx.settings["cobol_repo"], ctx.session.cwd)))
+    ctx.extra["repo"] = job.repo
+    ctx.extra["focus"] = job.focus.to_state() if job.focus else None
+    if intent == "status":
+        current = job.focus
+        yield (
+            f"The focus is {current.describe()}." if current else "Nothing is in focus yet. " + HELP
+        )
+    elif intent == "focus":
+        chosen = await focus_from_words(job, focus.parse_request(text), strict=True)
+        yield f"Focused on {chosen.describe()}."
+    elif intent == "edit":
+        async for chunk in edit(job, text):
+            yield chunk
+    elif intent in ("compile", "fix"):
+        async for chunk in compile_request(job, fix=intent == "fix"):
+            yield chunk
+    elif intent == "undo":
+        yield await undo(job)
+    elif intent == "diff":
+        yield show_diff(job)
+
+
+def _remembered_pending(ctx: Context, text: str) -> dict | None:
+    """A question asked earlier, when answered with the directive ("cobol yes")."""
+    saved = ctx.state.get("pending")
+    if not saved or yes_or_no(text) is None:
+        return None
+    if time.time() - saved.get("created_at", 0) > ctx.settings["end_session_after_idle_secs"]:
+        return None
+    return saved
+
+
+def _declined(pending: dict) -> str:
+    if pending.get("action") == "apply":
+        return "I left the code as it was."
+    return f"I did not run {pending.get('command', 'the build')}."
+
+
+async def _resume(ctx: Context, pending: dict, yes: bool) -> AsyncIterator[str]:
+    if not yes:
+        yield "All right. " + _declined(pending)
+        return
+    job = Job(ctx, await find_root(pending["repo"]))
+    ctx.extra["repo"] = job.repo
+    if pending["action"] == "apply":
+        patch = patches.parse(pending["patch"])
+        yield await apply_and_record(job, patch)
+    elif pending["action"] == "compile":
+        yield await compile_once(job, pending["command"], pending.get("why"))
+    elif pending["action"] == "fix":
+        yield await compile_and_fix(job, pending["command"], pending.get("why"))

@@ -1,0 +1,90 @@
+"""The git repository cobol works in: finding it, running git, and keeping paths inside it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from daemon.errors import LmdError
+
+# Git's own messages in English and no pager or password prompt, whatever the user's setup.
+_GIT_ENV = {"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
+
+
+async def git(repo: str, *args: str, stdin: bytes | None = None) -> tuple[int, str]:
+    """Run `git args` in `repo`; return (exit code, stdout and stderr as text)."""
+    proc = await asyncio.create_subprocess_exec(
+        "git",
+        *args,
+        cwd=repo,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, **_GIT_ENV},
+    )
+    out, _ = await proc.communicate(stdin)
+    return proc.returncode or 0, out.decode("utf-8", "replace")
+
+
+def chosen_directory(setting: str, cwd: str | None) -> str:
+    """The directory named by `cobol_repo`, else the session's working directory."""
+    where = (setting or "").strip() or (cwd or "")
+    if not where:
+        raise LmdError(
+            "I do not know which repository to work in; send your working directory "
+            "(lmd say --cwd, or the X-Cwd header) or set cobol_repo."
+        )
+    path = Path(where).expanduser()
+    if not path.is_dir():
+        raise LmdError(
+            f"The directory {path} does not exist; point cobol_repo or --cwd at a repository."
+        )
+    return str(path)
+
+
+async def find_root(directory: str) -> str:
+    """The top of the git work tree containing `directory`."""
+    code, out = await git(directory, "rev-parse", "--show-toplevel")
+    root = out.strip()
+    if code != 0 or not root:
+        raise LmdError(
+            f"{directory} is not a git repository; run git init there or point cobol_repo at one."
+        )
+    return str(Path(root).resolve())
+
+
+async def unmerged_paths(repo: str) -> list[str]:
+    """Files with unresolved merge conflicts (editing then would mix our change into theirs)."""
+    code, out = await git(repo, "diff", "--name-only", "--diff-filter=U")
+    return [line for line in out.splitlines() if line.strip()] if code == 0 else []
+
+
+async def dirty_files(repo: str, files: list[str]) -> list[str]:
+    """Which of `files` have uncommitted changes (staged or not)."""
+    if not files:
+        return []
+    code, out = await git(repo, "status", "--porcelain", "--", *files)
+    if code != 0:
+        return []
+    return [line[3:] for line in out.splitlines() if len(line) > 3 and line[:2] != "??"]
+
+
+def inside(repo: str, relative: str) -> tuple[Path | None, str | None]:
+    """Resolve `relative` under `repo`; (path, None) or (None, sentence why it is refused)."""
+    name = relative.strip()
+    if not name:
+        return None, "An empty file name cannot be used."
+    root = Path(repo).resolve()
+    candidate = Path(name)
+    if candidate.is_absolute():
+        full = candidate.resolve()
+    else:
+        full = (root / candidate).resolve()
+    try:
+        rel = full.relative_to(root)
+    except ValueError:
+        return None, f"{name} is outside the repository {root}; I only work inside it."
+    if ".git" in rel.parts or ".git" in Path(name).parts:
+        return None, f"{name} is inside .git; I never touch git's own files."
+    return full, None
