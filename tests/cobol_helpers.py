@@ -6,11 +6,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
-import types
 from pathlib import Path
-
-from daemon.hookspecs import hookimpl
-from daemon.settings import Setting
 
 CALC = '''"""A tiny calculator with a header parser."""
 
@@ -111,39 +107,3 @@ def snapshot(repo: Path) -> tuple[str, str, dict[str, str]]:
         if p.is_file() and ".git" not in p.relative_to(repo).parts
     }
     return head, status, hashes
-
-
-def approval_plugin() -> types.ModuleType | None:
-    """Declares marat_approval as marat does, for worktrees where marat is not present."""
-    from daemon.core import collect
-    from daemon.plugins import load_plugins
-
-    if "marat_approval" in collect(load_plugins()).specs:
-        return None
-    module = types.ModuleType("approval_stand_in")
-
-    @hookimpl
-    def register_settings(register):
-        register(
-            Setting(
-                "marat_approval",
-                "unsafe",
-                "choice",
-                "Stand-in for marat's approval setting.",
-                choices=("never", "unsafe", "always"),
-            )
-        )
-
-    module.register_settings = register_settings
-    return module
-
-
-def plugin_manager():
-    """All entry-point plugins, plus the approval stand-in when marat does not declare it."""
-    from daemon.plugins import load_plugins
-
-    pm = load_plugins()
-    extra = approval_plugin()
-    if extra is not None:
-        pm.register(extra, name="approval_stand_in")
-    return pm

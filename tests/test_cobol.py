@@ -19,7 +19,6 @@ from cobol_helpers import (
     WRONG_CONTEXT,
     git,
     make_repo,
-    plugin_manager,
     snapshot,
 )
 from conftest import ROOT, Reply
@@ -49,7 +48,7 @@ def repo(tmp_path: Path) -> Path:
 def cobol(make_client, monkeypatch, repo):
     """cobol with approval `never` and the calculator's build command."""
     monkeypatch.setenv("LMD_MARAT_APPROVAL", "never")
-    client = make_client(pm=plugin_manager(), cobol_build_command=BUILD, max_thought_loops=3)
+    client = make_client(cobol_build_command=BUILD, max_thought_loops=3)
     return Cobol(client, repo)
 
 
@@ -241,7 +240,7 @@ def test_compile_and_fix_with_pytest_as_the_build(make_client, monkeypatch, back
     test = "import calc\n\n\ndef test_add():\n    assert calc.add(2, 3) == 5\n"
     repo = make_repo(tmp_path / "pytested", {"test_calc.py": test})
     pytest_build = f"{sys.executable} -m pytest -q -p no:cacheprovider"
-    cobol = Cobol(make_client(pm=plugin_manager(), cobol_build_command=pytest_build), repo)
+    cobol = Cobol(make_client(cobol_build_command=pytest_build), repo)
     out = cobol.say("cobol compile")
     assert (
         out["reply"]
@@ -260,7 +259,7 @@ def test_compile_and_fix_with_pytest_as_the_build(make_client, monkeypatch, back
 def test_compile_detects_the_makefile_target_and_says_so(make_client, monkeypatch, tmp_path):
     monkeypatch.setenv("LMD_MARAT_APPROVAL", "never")
     repo = make_repo(tmp_path / "made", {"Makefile": f"test:\n\t{BUILD}\n\nother:\n\techo other\n"})
-    cobol = Cobol(make_client(pm=plugin_manager()), repo)
+    cobol = Cobol(make_client(), repo)
     out = cobol.say("cobol compile")
     assert out["reply"].startswith(
         "No build command is set, so I used make test (the test target of the Makefile). "
@@ -400,7 +399,7 @@ def test_show_the_diff_lists_the_sessions_changes(cobol, backend, repo):
 # -- approval -------------------------------------------------------------------------------
 def test_always_approval_asks_before_applying(make_client, monkeypatch, backend, repo):
     monkeypatch.setenv("LMD_MARAT_APPROVAL", "always")
-    cobol = Cobol(make_client(pm=plugin_manager(), cobol_build_command=BUILD), repo)
+    cobol = Cobol(make_client(cobol_build_command=BUILD), repo)
     cobol.say("cobol focus on calc.py lines 4 to 5")
     before = snapshot(repo)
     backend.queue(FIX_ADD)
@@ -455,7 +454,7 @@ def test_bad_input_gets_one_sentence_and_touches_nothing(
     (tmp_path / "outside.py").write_text("x = 1\n")
     (repo / "calc.py").write_text(CALC + "\n# dirty by hand\n")  # a dirty working tree
     before = snapshot(repo)
-    cobol = Cobol(make_client(pm=plugin_manager(), cobol_build_command=BUILD), repo)
+    cobol = Cobol(make_client(cobol_build_command=BUILD), repo)
     out = cobol.say(text, expect=status)
     assert out["error"].startswith(sentence) or sentence in out["error"]
     assert out["error"].count(". ") == 0 and out["error"].endswith(".")  # one sentence
@@ -483,7 +482,7 @@ def test_not_a_git_repository(cobol, tmp_path):
 
 def test_the_cobol_repo_setting_names_the_repository(make_client, monkeypatch, repo):
     monkeypatch.setenv("LMD_MARAT_APPROVAL", "never")
-    client = make_client(pm=plugin_manager(), cobol_repo=str(repo / "."), cobol_build_command=BUILD)
+    client = make_client(cobol_repo=str(repo / "."), cobol_build_command=BUILD)
     out = Cobol(client, None).say("cobol focus on calc.py lines 4 to 5")
     assert out["reply"] == "Focused on calc.py, lines 4–5 (function add)."
     assert out["repo"] == str(repo.resolve())
@@ -492,7 +491,6 @@ def test_the_cobol_repo_setting_names_the_repository(make_client, monkeypatch, r
 def test_a_hanging_build_is_stopped(make_client, monkeypatch, repo):
     monkeypatch.setenv("LMD_MARAT_APPROVAL", "never")
     client = make_client(
-        pm=plugin_manager(),
         cobol_build_command="sleep 30 & sleep 30; echo never",
         cobol_build_timeout_secs=1,
     )
@@ -513,7 +511,7 @@ def test_no_build_command_found(make_client, monkeypatch, tmp_path):
     repo = make_repo(tmp_path / "bare", {})
     (repo / "check.py").unlink()
     git(repo, "commit", "-qam", "no checks")
-    out = Cobol(make_client(pm=plugin_manager()), repo).say("cobol compile", expect=400)
+    out = Cobol(make_client(), repo).say("cobol compile", expect=400)
     assert out["error"].startswith("I could not tell how to build this repository")
 
 
@@ -557,7 +555,7 @@ def test_a_focus_too_large_for_the_budget_is_refused(make_client, monkeypatch, t
     monkeypatch.setenv("LMD_MARAT_APPROVAL", "never")
     big = "".join(f"value_{i} = {i} * 1234567\n" for i in range(400))
     repo = make_repo(tmp_path / "big", {"big.py": big})
-    cobol = Cobol(make_client(pm=plugin_manager(), max_tokens=500), repo)
+    cobol = Cobol(make_client(max_tokens=500), repo)
     out = cobol.say("cobol focus on big.py", expect=400)
     assert out["error"].startswith("Lines 1 to 400 of big.py are about ")
     assert out["error"].endswith("focus on a smaller range or raise max_tokens.")
