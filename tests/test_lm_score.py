@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from lm_score_helpers import GOLDEN_INVOICE_PROMPT, config, digits_logprobs, run_score
 
 from daemon.errors import LmdError
-from daemon.settings import Setting, Settings, SettingError
+from daemon.settings import Setting, SettingError, Settings
 from plugins.lm_score.aggregate import aggregate, average, majority
 from plugins.lm_score.cache import ScoreCache, m001_cache
 from plugins.lm_score.config import SETTINGS, resolve
