@@ -126,18 +126,36 @@ class Scorer:
         cache: bool = True,
         progress: Callable[[], None] | None = None,
     ) -> list[ScoreResult | LmdError]:
-        """Scores for many argument tuples at once (calls bounded by lm_score_concurrency)."""
+        """Scores for many argument tuples at once (calls bounded by lm_score_concurrency).
 
-        async def one(parts: Sequence[Any]) -> ScoreResult | LmdError:
+        Cached scores are looked up together first, so a fully cached query costs a few
+        database reads rather than one round of the scoring machinery per row."""
+        results: list[ScoreResult | LmdError | None] = [None] * len(rows)
+        if cache and self.cache is not None:
+            fingerprint = self.config.fingerprint()
+            keys: dict[str, list[int]] = {}
+            for i, parts in enumerate(rows):
+                try:
+                    keys.setdefault(cache_key(fingerprint, prompt_for(parts)), []).append(i)
+                except LmdError as e:
+                    results[i] = e
+            for key, hit in self.cache.get_many(list(keys)).items():
+                for i in keys[key]:
+                    results[i] = ScoreResult(**{**hit, "cached": True})
+                    if progress:
+                        progress()
+
+        async def one(i: int) -> None:
             try:
-                return await self.score(parts, cache=cache)
+                results[i] = await self.score(rows[i], cache=cache)
             except LmdError as e:
-                return e
+                results[i] = e
             finally:
                 if progress:
                     progress()
 
-        return list(await asyncio.gather(*(one(p) for p in rows)))
+        await asyncio.gather(*(one(i) for i, r in enumerate(results) if r is None))
+        return results  # type: ignore[return-value]
 
     def check_budget(self, prompt: str) -> None:
         from daemon import tokens
