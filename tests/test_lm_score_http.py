@@ -149,3 +149,12 @@ def test_live_daemon_route_and_LM_SCORE(live, backend, home):  # noqa: N802
     with pytest.raises(ClientError, match="at least two arguments") as err:
         LM_SCORE("Is this a test?", url=d.url)
     assert err.value.status == 400
+    # lmd score --daemon goes through the same route.
+    from click.testing import CliRunner
+
+    from daemon.cli import cli
+
+    out = CliRunner().invoke(cli, ["score", "--daemon", "--url", d.url, "x", "Is this a test?"])
+    assert out.exit_code == 0 and out.stdout == "10\n"
+    out = CliRunner().invoke(cli, ["score", "--daemon", "--url", d.url, "", "   "])
+    assert out.exit_code == 1 and "The question is empty" in out.stderr
