@@ -158,3 +158,23 @@ def test_live_daemon_route_and_LM_SCORE(live, backend, home):  # noqa: N802
     assert out.exit_code == 0 and out.stdout == "10\n"
     out = CliRunner().invoke(cli, ["score", "--daemon", "--url", d.url, "", "   "])
     assert out.exit_code == 1 and "The question is empty" in out.stderr
+
+
+def test_original_env_keys_send_scoring_to_a_separate_backend(make_client, backend, monkeypatch):
+    from conftest import FakeBackend
+
+    with FakeBackend() as scoring:
+        scoring.queue("9")
+        monkeypatch.setenv("SERVER_URL", scoring.url)
+        monkeypatch.setenv("API_TOKEN", "sk-scoring")
+        monkeypatch.setenv("MODEL", "qwen3-scorer")
+        monkeypatch.setenv("THINKING", "f")
+        client = make_client()
+        r = client.post("/lm_score", json=INVOICE)
+        assert r.status_code == 200 and r.json()["score"] == 9
+        assert r.json()["model"] == "qwen3-scorer"
+        [sent] = scoring.requests
+        headers = {k.lower(): v for k, v in sent.headers.items()}
+        assert headers["authorization"] == "Bearer sk-scoring"
+        assert sent.body["model"] == "qwen3-scorer" and sent.body["continue_final_message"]
+        assert backend.requests == []  # the daemon's own backend was not used

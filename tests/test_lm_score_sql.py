@@ -254,3 +254,14 @@ def test_company_db_invoice_question(backend, company_db, home):
         "Annual enterprise software license renewal\n\n"
     ) in acme
     assert all(b["continue_final_message"] is True for b in backend.chat_requests)
+
+
+def test_register_lm_score_defaults_to_the_daemon_settings_and_cache(backend, db, home):
+    backend.handler = software_judge
+    for _ in range(2):
+        conn = sqlite3.connect(db)
+        handle = register_lm_score(conn, home=home)
+        _, rows = handle.query(conn, "SELECT LM_SCORE(name, kind, 'Is it software?') FROM items")
+        handle.close()
+        assert [r[0] for r in rows] == [2, 10] * 10
+    assert len(backend.chat_requests) == 20  # the second pass came from the daemon's cache
