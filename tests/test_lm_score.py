@@ -515,3 +515,50 @@ def test_settings_sql_block_and_readme_agree_with_the_code():
     for s in SETTINGS:
         assert f"`{s.name}`" in section, s.name
     assert isinstance(SETTINGS[0], Setting)
+
+
+def test_the_same_prompt_scored_at_once_costs_one_call(backend):
+    backend.latency = 0.05
+    backend.handler = lambda body: Reply("6")
+
+    async def go():
+        scorer = Scorer(config(backend))
+        try:
+            # 1 and "1" are different SQL values but the same prompt text.
+            return await scorer.score_many([[1, "Is it?"], ["1", "Is it?"], ["2", "Is it?"]])
+        finally:
+            await scorer.close()
+
+    results = asyncio.run(go())
+    assert [r.score for r in results] == [6, 6, 6]
+    assert len(backend.chat_requests) == 2
+
+
+def test_a_shared_failure_reaches_every_waiter(backend):
+    backend.latency = 0.05
+    backend.handler = lambda body: Reply("no idea")
+
+    async def go():
+        scorer = Scorer(config(backend))
+        try:
+            return await scorer.score_many([[1, "Is it?"], ["1", "Is it?"]])
+        finally:
+            await scorer.close()
+
+    results = asyncio.run(go())
+    assert all(isinstance(r, NoScore) for r in results)
+    assert len(backend.chat_requests) == 2  # one call and its retry, shared
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["0", "1", "5", "9", "10", " 7", "x"]), st.floats(-8, 0)),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_logprob_expectation_stays_in_range(alts):
+    found = expected_score([(alts[0][0], alts[0][1], alts)])
+    if found is not None:
+        assert 0 <= found.expected <= 10
+        assert sum(found.distribution.values()) == pytest.approx(1.0)

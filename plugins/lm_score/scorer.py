@@ -93,6 +93,7 @@ class Scorer:
         self.calls = 0
         self._sem: asyncio.Semaphore | None = None
         self._sem_loop: Any = None
+        self._inflight: dict[str, asyncio.Future] = {}  # one backend round per prompt at once
 
     async def close(self) -> None:
         if self.owns_llm:
@@ -111,10 +112,22 @@ class Scorer:
             hit = self.cache.get(key)
             if hit is not None:
                 return ScoreResult(**{**hit, "cached": True})
-        if self.config.method == "logprob":
-            result = await self._logprob_or_fallback(prompt)
-        else:
-            result = await self._text(prompt)
+        running = self._inflight.get(key)
+        if running is not None and running.get_loop() is asyncio.get_running_loop():
+            return await asyncio.shield(running)  # the same prompt is being scored: share it
+        future = self._inflight[key] = asyncio.get_running_loop().create_future()
+        try:
+            if self.config.method == "logprob":
+                result = await self._logprob_or_fallback(prompt)
+            else:
+                result = await self._text(prompt)
+        except BaseException as e:
+            future.set_exception(e)
+            future.exception()  # retrieved: nobody else may be waiting
+            raise
+        finally:
+            self._inflight.pop(key, None)
+        future.set_result(result)
         if self.cache is not None:
             self.cache.put(key, result.score, result.to_json())
         return result
