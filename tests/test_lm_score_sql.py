@@ -265,3 +265,11 @@ def test_register_lm_score_defaults_to_the_daemon_settings_and_cache(backend, db
         handle.close()
         assert [r[0] for r in rows] == [2, 10] * 10
     assert len(backend.chat_requests) == 20  # the second pass came from the daemon's cache
+
+
+def test_statements_without_lm_score_run_directly(backend, db, home):
+    out = lmd("sql", db, "VACUUM", "--home", home)
+    assert out.exit_code == 0, out.stderr
+    out = lmd("sql", db, "SELECT count(*) AS n FROM items", "--json", "--home", home)
+    assert json.loads(out.stdout) == [{"n": 20}]
+    assert backend.requests == []

@@ -130,9 +130,11 @@ class SqlScorer:
         `progress(total)` may return a callable that is called once per scored tuple."""
         self.attach(conn)
         self.argument_error = None
-        self.collecting = True
+        # Statements without LM_SCORE (PRAGMA, VACUUM, ...) need no waves, and some of them
+        # cannot run inside a savepoint at all.
+        self.collecting = "lm_score" in sql.lower()
         try:
-            for _ in range(MAX_WAVES):
+            for _ in range(MAX_WAVES if self.collecting else 0):
                 self._dry_run(conn, sql, params)
                 todo = self.pending()
                 if not todo:
