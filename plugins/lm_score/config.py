@@ -178,7 +178,8 @@ def resolve(
 
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {s.name: settings[s.name] for s in SETTINGS}
-    for key, (raw, where) in original_overrides(env, cwd).items():
+    overrides = original_overrides(env, cwd)
+    for key, (raw, where) in overrides.items():
         name = ORIGINAL_KEYS.get(key)
         if name is None or env.get(env_name(name)) is not None:
             continue  # LMD_LM_SCORE_* wins over the original keys
@@ -186,7 +187,6 @@ def resolve(
             values[name] = settings.spec(name).parse(raw)
         except SettingError as e:
             raise SettingError(f"{key} in {where}: {e}") from None
-    overrides = original_overrides(env, cwd)
     endpoint = values["lm_score_endpoint"]
     return ScoreConfig(
         endpoint=base_url(endpoint) if endpoint else endpoint_from(settings, env),
