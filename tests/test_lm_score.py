@@ -562,3 +562,22 @@ def test_logprob_expectation_stays_in_range(alts):
     if found is not None:
         assert 0 <= found.expected <= 10
         assert sum(found.distribution.values()) == pytest.approx(1.0)
+
+
+def test_a_cancelled_scorer_does_not_fail_those_sharing_its_prompt(backend):
+    backend.latency = 0.2
+    backend.handler = lambda body: Reply("4")
+
+    async def go():
+        scorer = Scorer(config(backend))
+        try:
+            first = asyncio.create_task(scorer.score(["x", "Is it?"]))
+            await asyncio.sleep(0.05)
+            second = asyncio.create_task(scorer.score(["x", "Is it?"]))
+            await asyncio.sleep(0.05)
+            first.cancel()
+            return await second
+        finally:
+            await scorer.close()
+
+    assert asyncio.run(go()).score == 4

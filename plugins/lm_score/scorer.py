@@ -112,18 +112,27 @@ class Scorer:
             hit = self.cache.get(key)
             if hit is not None:
                 return ScoreResult(**{**hit, "cached": True})
+        loop = asyncio.get_running_loop()
         running = self._inflight.get(key)
-        if running is not None and running.get_loop() is asyncio.get_running_loop():
-            return await asyncio.shield(running)  # the same prompt is being scored: share it
-        future = self._inflight[key] = asyncio.get_running_loop().create_future()
+        if running is not None and running.get_loop() is loop:
+            try:  # the same prompt is being scored: share its answer
+                return await asyncio.shield(running)
+            except asyncio.CancelledError:
+                if not running.cancelled():
+                    raise  # we were cancelled ourselves
+                # the one scoring it was cancelled (its client left): score it ourselves
+        future = self._inflight[key] = loop.create_future()
         try:
             if self.config.method == "logprob":
                 result = await self._logprob_or_fallback(prompt)
             else:
                 result = await self._text(prompt)
-        except BaseException as e:
+        except Exception as e:
             future.set_exception(e)
-            future.exception()  # retrieved: nobody else may be waiting
+            future.exception()  # marked retrieved: nobody else may be waiting
+            raise
+        except BaseException:
+            future.cancel()
             raise
         finally:
             self._inflight.pop(key, None)
