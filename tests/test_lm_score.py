@@ -581,3 +581,16 @@ def test_a_cancelled_scorer_does_not_fail_those_sharing_its_prompt(backend):
             await scorer.close()
 
     assert asyncio.run(go()).score == 4
+
+
+def test_a_server_refusing_the_thinking_fields_gets_advice(backend):
+    def strict(body):
+        if "continue_final_message" in body:
+            return Reply("Unrecognized request argument: continue_final_message", status=400)
+        return Reply("5")
+
+    backend.handler = strict
+    with pytest.raises(LmdError, match="set lm_score_thinking to true") as err:
+        run_score(backend, ["x", "Is it?"], thinking=False)
+    assert err.value.status == 502
+    assert run_score(backend, ["x", "Is it?"], thinking=True)[0].score == 5

@@ -58,9 +58,17 @@ class _Member:
     error: LmdError | None = None
 
 
-def _backend_failure(e: BackendError) -> LmdError:
-    """A 429 keeps its status so clients can tell 'slow down' from 'broken'."""
+def _backend_failure(e: BackendError, config: ScoreConfig | None = None) -> LmdError:
+    """A 429 keeps its status so clients can tell 'slow down' from 'broken'; a 400 while
+    thinking is suppressed most likely means the server does not know those fields."""
     cause = e.__cause__
+    if config is not None and not config.thinking and getattr(cause, "status_code", 0) == 400:
+        return BackendError(
+            "The scoring backend refused the request (HTTP 400), perhaps the fields that "
+            f"suppress thinking ({config.thinking_strategy}); set lm_score_thinking to true "
+            "or choose another lm_score_thinking_strategy.",
+            detail=e.detail,
+        )
     if type(cause).__name__ == "RateLimitError":
         return LmdError(
             "The scoring model is rate limiting us (HTTP 429); wait a moment and try again, "
@@ -161,6 +169,8 @@ class Scorer:
                     keys.setdefault(cache_key(fingerprint, prompt_for(parts)), []).append(i)
                 except LmdError as e:
                     results[i] = e
+                    if progress:
+                        progress()
             for key, hit in self.cache.get_many(list(keys)).items():
                 for i in keys[key]:
                     results[i] = ScoreResult(**{**hit, "cached": True})
@@ -283,7 +293,7 @@ class Scorer:
                 response = await self.call(prompt, n=size, temperature=temperature)
             except BackendError as e:
                 if not _rejects_n(e):
-                    return [_Member(error=_backend_failure(e)) for _ in range(size)]
+                    return [_Member(error=_backend_failure(e, self.config)) for _ in range(size)]
                 self.n_rejected = True  # llama.cpp and Ollama: fall back to parallel calls
                 log.info("The backend refuses n > 1; ensemble members are separate calls.")
             else:
@@ -298,7 +308,7 @@ class Scorer:
             try:
                 response = await self.call(prompt, temperature=temperature)
             except BackendError as e:
-                return _Member(error=_backend_failure(e))
+                return _Member(error=_backend_failure(e, self.config))
             if not response.choices:
                 return _Member(error=BackendError("The scoring model sent no answer."))
             return _read(response.choices[0])
@@ -324,7 +334,7 @@ class Scorer:
             try:
                 response = await self.call(prompt, logprobs=True)
             except BackendError as e:
-                raise _backend_failure(e) from e
+                raise _backend_failure(e, self.config) from e
             choice = response.choices[0] if response.choices else None
             content = getattr(getattr(choice, "logprobs", None), "content", None)
             if not content:
