@@ -36,3 +36,10 @@ bench: $(TEST_STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# LM_SCORE on the original company.db benchmark (six questions, 30 rows) -> a CSV of scores.
+# Uses the configured backend (LMD_HOME's settings, the .env keys); LM_SCORE_ARGS=--fake for a demo.
+.PHONY: bench-lm-score
+LM_SCORE_CSV ?= lm_score_company.csv
+bench-lm-score: $(TEST_STAMP)
+	$(BIN)/python benchmarks/bench_lm_score.py --company --csv $(LM_SCORE_CSV) $(LM_SCORE_ARGS)

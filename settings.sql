@@ -101,6 +101,40 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('cobol_build_timeout_secs',
 
 
 -- == lm_score ==
+-- Score with an ensemble of calls (ENSEMBLE).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_ensemble', 'false');
+-- How ensemble scores combine: maj (mode) or avg (mean, half up) (AGGREGATION).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_aggregation', 'maj');
+-- Let the model think (THINKING).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_thinking', 'true');
+-- How thinking is suppressed when lm_score_thinking is false.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_thinking_strategy', 'prefill');
+-- Members of an ensemble.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_ensemble_size', '5');
+-- Temperature of ensemble members.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_temperature', '0.7');
+-- Scoring model (empty: openai_model) (MODEL).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_model', '');
+-- Scoring backend URL (empty: openai_chat_endpoint) (SERVER_URL).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_endpoint', '');
+-- text (the model writes the score) or logprob (expected score from logprobs).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_method', 'text');
+-- Most scoring calls in flight at once.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_concurrency', '8');
+-- One call at a time (servers without batching).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_sequential', 'false');
+-- Ask for an ensemble in one call with n.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_use_n', 'true');
+-- Use the text method when the backend sends no logprobs.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_logprob_fallback', 'false');
+-- Alternatives per token (logprob).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_top_logprobs', '20');
+-- Most answer tokens (0: the backend decides).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_max_tokens', '0');
+-- Largest prompt in tokens; bigger contents are refused.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_max_prompt_tokens', '16000');
+-- Keep scores in the daemon's database.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_cache', 'true');
 
 
 

@@ -73,6 +73,7 @@ class FakeBackend:
         self.handler: Callable[[dict], Reply | str | None] | None = None
         self.reject_n = False  # answer 400 to n > 1, as llama.cpp and Ollama do
         self.no_logprobs = False  # ignore logprobs requests, as some servers do
+        self.ignore_n = False  # answer n > 1 with one choice, as some servers do
         self.latency = 0.0  # added to every reply
         self._queue: deque[Reply] = deque()
         self._lock = threading.Lock()
@@ -152,10 +153,7 @@ class _Handler(BaseHTTPRequestHandler):
     # Buffer writes and disable Nagle: headers and body leave in one segment, so no client
     # waits on a delayed ACK (that cost 40 ms a request).
     wbufsize = 1 << 16
-
-    def setup(self) -> None:
-        super().setup()
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    disable_nagle_algorithm = True
 
     def log_message(self, *args: Any) -> None:  # keep test output clean
         pass
@@ -198,6 +196,8 @@ class _Handler(BaseHTTPRequestHandler):
         n = int(body.get("n") or 1)
         if n > 1 and self.owner.reject_n:
             return self._send_json(400, _error("n > 1 is not supported", "invalid_request_error"))
+        if self.owner.ignore_n:
+            n = 1
         replies = [self.owner.next_reply(body) for _ in range(n)]
         first = replies[0]
         wait = first.delay + self.owner.latency

@@ -1,0 +1,167 @@
+"""`lmd score` and `lmd sql`: both score in-process (no daemon needed), using the daemon's
+settings and its database for the cache; `lmd score --daemon` asks the running daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import sys
+from pathlib import Path
+
+import click
+
+
+def _fail(message: str, code: int = 1) -> None:
+    click.echo(message, err=True)
+    sys.exit(code)
+
+
+def _home_option(f):
+    return click.option(
+        "--home",
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar="LMD_HOME",
+        help="Directory of the daemon database (settings and cache).",
+    )(f)
+
+
+@click.command()
+@click.argument("parts", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
+@click.option("--no-cache", is_flag=True, help="Ask the model even if the score is cached.")
+@click.option("--daemon", "via_daemon", is_flag=True, help="Ask the running daemon instead.")
+@click.option("--url", envvar="LMD_URL", help="Daemon URL for --daemon.")
+@_home_option
+def score(
+    parts: tuple[str, ...],
+    as_json: bool,
+    no_cache: bool,
+    via_daemon: bool,
+    url: str | None,
+    home: Path | None,
+) -> None:
+    """LM_SCORE(PART..., QUESTION): 0 (no) to 10 (yes). The last argument is the question."""
+    from daemon.errors import LmdError
+
+    if via_daemon:
+        from daemon.client import ClientError, lm_score_result
+
+        try:
+            result = lm_score_result(list(parts), url=url, cache=not no_cache)
+        except ClientError as e:
+            _fail(e.message)
+    else:
+        from .sql import open_scorer
+
+        try:
+            scorer, store = open_scorer(home, cache=not no_cache)
+        except LmdError as e:
+            _fail(e.message)
+
+        async def run():
+            try:
+                return await scorer.score(list(parts), cache=not no_cache)
+            finally:
+                await scorer.close()
+
+        try:
+            result = asyncio.run(run()).to_json()
+        except LmdError as e:
+            _fail(e.message)
+        finally:
+            store.close()
+    if as_json:
+        click.echo(json.dumps(result, indent=2, ensure_ascii=False))
+    else:
+        click.echo(result["score"])
+
+
+@click.command()
+@click.argument("database", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("query")
+@click.option("--json", "as_json", is_flag=True, help="Rows as a JSON list of objects.")
+@click.option("--csv", "as_csv", is_flag=True, help="Rows as CSV with a header.")
+@click.option("--no-cache", is_flag=True, help="Ask the model even for cached scores.")
+@click.option(
+    "--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a TTY)."
+)
+@_home_option
+def sql(
+    database: Path,
+    query: str,
+    as_json: bool,
+    as_csv: bool,
+    no_cache: bool,
+    progress: bool | None,
+    home: Path | None,
+) -> None:
+    """Run QUERY on the SQLite DATABASE with LM_SCORE(part, ..., question) available.
+
+    The LM_SCOREs a statement needs are collected first and scored concurrently."""
+    import sqlite3
+
+    from daemon.errors import LmdError
+
+    from .sql import SqlScorer, open_scorer
+
+    if as_json and as_csv:
+        _fail("Choose one of --json and --csv.")
+    if not database.is_file():
+        _fail(f"There is no database file {database}; give the path of an SQLite file.")
+    try:
+        conn = sqlite3.connect(f"file:{database}?mode=rw", uri=True, isolation_level=None)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as e:
+        _fail(f"{database} is not an SQLite database I can open ({e}).")
+    try:
+        scorer, store = open_scorer(home, cache=not no_cache)
+    except LmdError as e:
+        _fail(e.message)
+    handle = SqlScorer(scorer, cache=not no_cache)
+    handle.store = store
+    show = sys.stderr.isatty() if progress is None else progress
+    bars = []
+
+    def bar(total: int):
+        from tqdm import tqdm
+
+        b = tqdm(total=total, desc="LM_SCORE", unit="score", file=sys.stderr, disable=not show)
+        bars.append(b)
+        return lambda: b.update(1)
+
+    try:
+        columns, rows = handle.query(conn, query, progress=bar)
+    except LmdError as e:
+        _fail(e.message)
+    finally:
+        for b in bars:
+            b.close()
+        handle.close()
+        conn.close()
+    _print(columns, rows, as_json, as_csv)
+    if handle.failures:
+        first = next(iter(handle.failures.values()))
+        click.echo(
+            f"{len(handle.failures)} LM_SCORE value(s) are NULL because scoring failed; "
+            f"the first: {first}",
+            err=True,
+        )
+
+
+def _print(columns: list[str], rows: list[tuple], as_json: bool, as_csv: bool) -> None:
+    def cell(v):
+        return v.hex() if isinstance(v, bytes) else v
+
+    if as_json:
+        data = [dict(zip(columns, map(cell, r), strict=True)) for r in rows]
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    elif as_csv:
+        out = csv.writer(sys.stdout, lineterminator="\n")
+        out.writerow(columns)
+        out.writerows([list(map(cell, r)) for r in rows])
+    else:
+        if columns:
+            click.echo("\t".join(columns))
+        for r in rows:
+            click.echo("\t".join("NULL" if v is None else str(cell(v)) for v in r))

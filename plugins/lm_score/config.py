@@ -1,0 +1,212 @@
+"""LM_SCORE's settings, and the original project's `.env` keys layered over them.
+
+Precedence, highest first: `LMD_LM_SCORE_*` environment variables (the core's rule for every
+setting), then the original project's keys in the process environment (ENSEMBLE, AGGREGATION,
+THINKING, SERVER_URL, API_TOKEN, MODEL), then the same keys in a `.env` file in the working
+directory, then the settings table, then the defaults below.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from daemon.settings import Setting, SettingError
+
+
+def _check_url(value: str) -> str | None:
+    if value and not value.startswith(("http://", "https://")):
+        return "it must be empty (the daemon's backend) or an http:// or https:// URL"
+    return None
+
+
+SETTINGS = [
+    Setting("lm_score_ensemble", False, "bool", "Score with an ensemble of calls (ENSEMBLE)."),
+    Setting(
+        "lm_score_aggregation",
+        "maj",
+        "choice",
+        "How ensemble scores combine: maj (mode) or avg (mean, half up) (AGGREGATION).",
+        choices=("maj", "avg"),
+        synonyms={"majority": "maj", "mode": "maj", "average": "avg", "mean": "avg"},
+    ),
+    Setting("lm_score_thinking", True, "bool", "Let the model think (THINKING)."),
+    Setting(
+        "lm_score_thinking_strategy",
+        "prefill",
+        "choice",
+        "How thinking is suppressed when lm_score_thinking is false.",
+        choices=("prefill", "template_kwargs", "both"),
+        synonyms={"chat_template_kwargs": "template_kwargs", "enable_thinking": "template_kwargs"},
+    ),
+    Setting("lm_score_ensemble_size", 5, "int", "Members of an ensemble.", min=2, max=64),
+    Setting("lm_score_temperature", 0.7, "float", "Temperature of ensemble members.", min=0, max=2),
+    Setting("lm_score_model", "", "str", "Scoring model (empty: openai_model) (MODEL)."),
+    Setting(
+        "lm_score_endpoint",
+        "",
+        "str",
+        "Scoring backend URL (empty: openai_chat_endpoint) (SERVER_URL).",
+        check=_check_url,
+    ),
+    Setting(
+        "lm_score_method",
+        "text",
+        "choice",
+        "text (the model writes the score) or logprob (expected score from logprobs).",
+        choices=("text", "logprob"),
+        synonyms={"logprobs": "logprob"},
+    ),
+    Setting(
+        "lm_score_concurrency", 8, "int", "Most scoring calls in flight at once.", min=1, max=256
+    ),
+    Setting("lm_score_sequential", False, "bool", "One call at a time (servers without batching)."),
+    Setting("lm_score_use_n", True, "bool", "Ask for an ensemble in one call with n."),
+    Setting(
+        "lm_score_logprob_fallback",
+        False,
+        "bool",
+        "Use the text method when the backend sends no logprobs.",
+    ),
+    Setting("lm_score_top_logprobs", 20, "int", "Alternatives per token (logprob).", min=1, max=20),
+    Setting("lm_score_max_tokens", 0, "int", "Most answer tokens (0: the backend decides).", min=0),
+    Setting(
+        "lm_score_max_prompt_tokens",
+        16000,
+        "int",
+        "Largest prompt in tokens; bigger contents are refused.",
+        min=16,
+    ),
+    Setting("lm_score_cache", True, "bool", "Keep scores in the daemon's database."),
+]
+
+# The original project's .env keys and the settings they stand for (API_TOKEN has none).
+ORIGINAL_KEYS = {
+    "ENSEMBLE": "lm_score_ensemble",
+    "AGGREGATION": "lm_score_aggregation",
+    "THINKING": "lm_score_thinking",
+    "SERVER_URL": "lm_score_endpoint",
+    "MODEL": "lm_score_model",
+}
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    """Everything that decides how one score is obtained."""
+
+    endpoint: str
+    api_key: str
+    model: str
+    method: str = "text"
+    ensemble: bool = False
+    ensemble_size: int = 5
+    aggregation: str = "maj"
+    temperature: float = 0.7
+    thinking: bool = True
+    thinking_strategy: str = "prefill"
+    concurrency: int = 8
+    sequential: bool = False
+    use_n: bool = True
+    logprob_fallback: bool = False
+    top_logprobs: int = 20
+    max_tokens: int = 0
+    max_prompt_tokens: int = 16000
+    cache: bool = True
+    timeout: float = 60.0
+    retries: int = 2
+
+    def fingerprint(self) -> dict:
+        """What changes an answer (the cache key), without secrets or speed knobs."""
+        keys = {"endpoint", "model", "method", "thinking", "max_tokens"}
+        if self.method == "logprob":
+            keys |= {"top_logprobs"}
+        else:
+            keys |= {"ensemble"}
+            if self.ensemble:
+                keys |= {"ensemble_size", "aggregation", "temperature"}
+        if not self.thinking:
+            keys |= {"thinking_strategy"}
+        return {k: getattr(self, k) for k in sorted(keys)}
+
+
+def read_dotenv(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines of a .env file (comments, `export` and quotes allowed)."""
+    found: dict[str, str] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return found
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        key = key.removeprefix("export ").strip()
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        found[key] = value
+    return found
+
+
+def original_overrides(
+    environ: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> dict[str, tuple[str, str]]:
+    """The original keys that are set: {KEY: (value, where)}; the environment beats .env."""
+    env = os.environ if environ is None else environ
+    dotenv = read_dotenv((cwd or Path.cwd()) / ".env")
+    out: dict[str, tuple[str, str]] = {}
+    for key in [*ORIGINAL_KEYS, "API_TOKEN"]:
+        if env.get(key) not in (None, ""):
+            out[key] = (env[key], "the environment")
+        elif dotenv.get(key) not in (None, ""):
+            out[key] = (dotenv[key], "the .env file")
+    return out
+
+
+def resolve(
+    settings: Any, environ: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> ScoreConfig:
+    """The ScoreConfig for these settings, the environment and ./.env."""
+    from daemon.llm import api_key, base_url, endpoint_from
+    from daemon.settings import env_name
+
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {s.name: settings[s.name] for s in SETTINGS}
+    overrides = original_overrides(env, cwd)
+    for key, (raw, where) in overrides.items():
+        name = ORIGINAL_KEYS.get(key)
+        if name is None or env.get(env_name(name)) is not None:
+            continue  # LMD_LM_SCORE_* wins over the original keys
+        try:
+            values[name] = settings.spec(name).parse(raw)
+        except SettingError as e:
+            raise SettingError(f"{key} in {where}: {e}") from None
+    endpoint = values["lm_score_endpoint"]
+    return ScoreConfig(
+        endpoint=base_url(endpoint) if endpoint else endpoint_from(settings, env),
+        api_key=overrides["API_TOKEN"][0] if "API_TOKEN" in overrides else api_key(env),
+        model=values["lm_score_model"] or settings["openai_model"],
+        method=values["lm_score_method"],
+        ensemble=values["lm_score_ensemble"],
+        ensemble_size=values["lm_score_ensemble_size"],
+        aggregation=values["lm_score_aggregation"],
+        temperature=values["lm_score_temperature"],
+        thinking=values["lm_score_thinking"],
+        thinking_strategy=values["lm_score_thinking_strategy"],
+        concurrency=values["lm_score_concurrency"],
+        sequential=values["lm_score_sequential"],
+        use_n=values["lm_score_use_n"],
+        logprob_fallback=values["lm_score_logprob_fallback"],
+        top_logprobs=values["lm_score_top_logprobs"],
+        max_tokens=values["lm_score_max_tokens"],
+        max_prompt_tokens=values["lm_score_max_prompt_tokens"],
+        cache=values["lm_score_cache"],
+        timeout=settings["llm_timeout_secs"],
+        retries=settings["llm_max_retries"],
+    )

@@ -1,0 +1,61 @@
+"""Reading a 0-10 score out of whatever the model said.
+
+Thinking is stripped first (`<think>...</think>`, or everything up to a lone `</think>` when
+the template opened the block). Then, in order: the whole reply is a number ("7", "**7**",
+"7.", "07"); a "score: N" phrase (the last one wins, as models conclude with it); "N/10" or
+"N out of 10"; a number opening the reply ("8. The email ..."); the only number in the reply.
+Anything else, and any number outside 0-10, is no score: the caller retries, then reports
+the raw reply. Nothing is ever made up.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.S | re.I)
+_NUMBER = r"(\d{1,3}(?:\.\d+)?)"
+_DECORATION = " \t\r\n*_`\"'.:;!()[]"
+_SCORE_PHRASE = re.compile(r"score\s*(?:is|of|=|:)?\s*[:=]?\s*[*_`\s]*" + _NUMBER, re.I)
+_OUT_OF_TEN = re.compile(_NUMBER + r"\s*(?:/|out\s+of)\s*10\b", re.I)
+_LEADING = re.compile(r"^[*_`\s]*" + _NUMBER + r"(?![\d/])")
+_ANY = re.compile(r"(?<![\d.-])" + _NUMBER + r"(?![\d])")
+
+
+def strip_thinking(text: str) -> str:
+    """The reply without its thinking."""
+    text = _THINK_BLOCK.sub("", text)
+    low = text.lower()
+    if "</think>" in low:  # the template opened <think> for us; the answer follows the close
+        text = text[low.rindex("</think>") + len("</think>") :]
+    elif "<think>" in low:  # thinking never finished: there is no answer
+        text = text[: low.index("<think>")]
+    return text.strip()
+
+
+def _as_score(raw: str) -> int | None:
+    value = float(raw)
+    if not 0 <= value <= 10:
+        return None
+    return int(value + 0.5)  # 7.5 -> 8: half up, like the avg aggregation
+
+
+def parse_score(reply: str) -> int | None:
+    """The score 0-10 in a reply, or None when there is none (or it is out of range)."""
+    text = strip_thinking(unicodedata.normalize("NFKC", reply or ""))
+    if not text:
+        return None
+    bare = text.strip(_DECORATION)
+    if re.fullmatch(_NUMBER, bare):
+        return _as_score(bare)
+    for pattern in (_SCORE_PHRASE, _OUT_OF_TEN):
+        found = pattern.findall(text)
+        if found:
+            return _as_score(found[-1] if pattern is _SCORE_PHRASE else found[0])
+    lead = _LEADING.match(text)
+    if lead:
+        return _as_score(lead.group(1))
+    numbers = set(_ANY.findall(text))
+    if len(numbers) == 1:
+        return _as_score(numbers.pop())
+    return None

@@ -1,0 +1,67 @@
+"""POST /lm_score: {"contents": [...], "question": "..."} or {"prompt": "..."}."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daemon.errors import LmdError
+
+
+def scorer_for(daemon: Any, settings: Any) -> Any:
+    """The daemon's Scorer for the current settings (kept, so n-support is learnt once)."""
+    from daemon.llm import api_key, endpoint_from
+
+    from .cache import ScoreCache
+    from .config import resolve
+    from .scorer import Scorer
+
+    config = resolve(settings)
+    scorers = daemon.state.setdefault("lm_score_scorers", {})
+    scorer = scorers.get(config)
+    if scorer is None:
+        same_backend = config.endpoint == endpoint_from(settings) and config.api_key == api_key()
+        llm = daemon.llm(settings) if same_backend else None  # the model is sent per call
+        cache = ScoreCache(daemon.store.db, daemon.store.lock)
+        scorer = scorers[config] = Scorer(config, llm=llm, cache=cache)
+    return scorer
+
+
+def parse_body(data: Any) -> tuple[list | None, str | None, bool]:
+    """(parts, prompt, use_cache) from the JSON body, refusing bad shapes with a sentence."""
+    if not isinstance(data, dict):
+        raise LmdError('Send a JSON object: {"contents": [...], "question": "..."}.')
+    use_cache = data.get("cache", True)
+    if not isinstance(use_cache, bool):
+        raise LmdError('"cache" must be true or false.')
+    if "prompt" in data:
+        prompt = data["prompt"]
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise LmdError('"prompt" must be the full prompt text; it is empty or not text.')
+        return None, prompt, use_cache
+    contents = data.get("contents")
+    if isinstance(contents, str):
+        contents = [contents]
+    if not isinstance(contents, list):
+        raise LmdError(
+            'The body needs "contents", a list of texts, and "question", a yes/no question.'
+        )
+    if "question" not in data:
+        raise LmdError('The body needs a "question": the yes/no question to score.')
+    return [*contents, data["question"]], None, use_cache
+
+
+async def lm_score(request: Any) -> Any:
+    from starlette.responses import JSONResponse
+
+    from daemon.app import read_json
+
+    daemon = request.app.state.daemon
+    parts, prompt, use_cache = parse_body(await read_json(request, daemon))
+    scorer = scorer_for(daemon, daemon.settings())
+    result = await scorer.score(parts, prompt=prompt, cache=use_cache)
+    return JSONResponse(result.to_json())
+
+
+async def close_scorers(daemon: Any) -> None:
+    for scorer in daemon.state.pop("lm_score_scorers", {}).values():
+        await scorer.close()
