@@ -96,7 +96,7 @@ def setting_name(spoken: str, settings: Settings) -> str:
     name = re.sub(r"[\s\-]+", "_", spoken.strip().strip(".?!,:;\"'").lower())
     if name in settings.specs:
         return name
-    near = difflib.get_close_matches(name, list(settings.specs), n=2, cutoff=0.6)
+    near = difflib.get_close_matches(name, list(settings.specs), n=1, cutoff=0.6)
     hint = f" Did you mean {' or '.join(n.replace('_', ' ') for n in near)}?" if near else ""
     raise LmdError(
         f"There is no setting called {spoken.strip()}.{hint} Say {DIRECTIVE} list to hear them.",
