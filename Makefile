@@ -36,3 +36,12 @@ bench: $(TEST_STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# One executable file: lmd and its dependencies (compiled ones for this platform and Python).
+.PHONY: pyz
+PYZ ?= dist/lmd.pyz
+pyz: $(TEST_STAMP)
+	@mkdir -p $(dir $(PYZ))
+	$(BIN)/shiv --quiet --compressed --python '/usr/bin/env python3' \
+		--console-script lmd --output-file $(PYZ) .
+	@ls -l $(PYZ)
