@@ -101,3 +101,5 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('shutdown_grace_secs', '10'
 
 
 -- == clients ==
+-- Strip markdown from every text/plain reply on /v1 (voice-only setups); X-Speak: 0 keeps it per request.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('speak_plain_replies', 'false');

@@ -125,7 +125,10 @@ async def v1(request: Request) -> Response:
     cwd = request.headers.get("x-cwd") or request.query_params.get("cwd")
     if cwd and not Path(cwd).is_absolute():
         raise LmdError("The working directory must be an absolute path.")
-    speak = wants_speech(request.headers, request.query_params)
+    # speak_plain_replies is the clients plugin's setting (absent when it is not loaded).
+    plain = not wants_json(request) and not wants_stream(request)
+    default = plain and daemon.settings().get("speak_plain_replies", False)
+    speak = wants_speech(request.headers, request.query_params, default)
     return await answer(request, daemon, name, text, cwd=cwd, speak=speak)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from typing import Any
 
 FENCE = re.compile(r"^\s*(```|~~~)")
 RULE = re.compile(r"^\s*([-*_])(\s*\1){2,}\s*$")
@@ -94,10 +95,12 @@ def speakable(text: str) -> str:
     return out.strip("\n")
 
 
-def wants_speech(headers: dict | object, query: dict | object) -> bool:
-    """True when the client asked for speakable text (X-Speak header or ?speak=)."""
-    value = headers.get("x-speak") or query.get("speak") or ""  # type: ignore[attr-defined]
-    return value.strip().lower() in ("1", "true", "yes", "on")
+def wants_speech(headers: Any, query: Any, default: bool = False) -> bool:
+    """Whether to strip the reply: the X-Speak header or ?speak= say so, else `default`."""
+    value = (headers.get("x-speak") or query.get("speak") or "").strip().lower()
+    if not value:
+        return default
+    return value in ("1", "true", "yes", "on")
 
 
 async def speak_stream(chunks: AsyncIterator[str]) -> AsyncIterator[str]:

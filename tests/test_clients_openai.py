@@ -9,6 +9,7 @@ import openai
 import pytest
 from conftest import Reply
 
+from daemon.errors import LmdError
 from daemon.hookspecs import hookimpl
 from daemon.modes import Mode
 from daemon.plugins import load_plugins
@@ -278,3 +279,54 @@ def test_oversized_body_is_413_in_openai_shape(make_client, backend):
     r = c.post("/v1/chat/completions", json={"messages": user("x" * 500)})
     assert r.status_code == 413
     assert "max_body_bytes" in r.json()["error"]["message"]
+
+
+class FailingPlugin:
+    @hookimpl
+    def register_modes(self, register):
+        async def respond(ctx):
+            yield "partial "
+            raise LmdError("The tool broke halfway; try again.")
+
+        register(Mode("halfway", respond))
+
+
+def test_failure_mid_stream_is_an_error_event(make_client, backend):
+    pm = load_plugins()
+    pm.register(FailingPlugin(), name="halfway-test")
+    c = make_client(pm=pm)
+    body = {"model": "lmd-halfway", "messages": user("go"), "stream": True}
+    with c.stream("POST", "/v1/chat/completions", json=body) as r:
+        assert r.status_code == 200  # the first chunk was already on its way
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert json.loads(events[0])["choices"][0]["delta"]["content"] == "partial "
+    assert json.loads(events[-2]) == {
+        "error": {
+            "message": "The tool broke halfway; try again.",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": None,
+        }
+    }
+    assert events[-1] == "[DONE]"
+
+
+def test_harmless_editor_fields_are_accepted(client, backend):
+    backend.queue("fine")
+    body = {
+        "model": "lmd",
+        "messages": [{"role": "system", "content": [{"type": "text", "text": "be brief"}]}]
+        + user("hi"),
+        "temperature": 0.2,
+        "max_tokens": 4096,
+        "stream": False,
+        "tool_choice": "auto",
+        "response_format": {"type": "text"},
+        "prompt_cache_key": "abc",
+        "parallel_tool_calls": False,
+    }
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    sent = backend.chat_requests[-1]
+    assert sent["messages"][-1]["content"] == "hi"
+    assert "temperature" not in sent and "max_tokens" not in sent  # the mode decides

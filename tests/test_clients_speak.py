@@ -132,3 +132,27 @@ def test_lmd_say_speak_against_live_daemon(live, backend):
     assert done.returncode == 0, done.stderr
     assert done.stdout == "Weather\nsunny, 22 degrees\n"
     assert backend.chat_requests[-1]["messages"][-1]["content"] == "weather?"
+
+
+def test_speak_plain_replies_setting(make_client, backend):
+    c = make_client(speak_plain_replies=True)
+    backend.queue(FENCED, FENCED, FENCED)
+    assert c.post("/v1", content="a").text == "Here:\nprint('hi')\nDone now.\n"
+    # Asked for the raw reply: X-Speak: 0. JSON clients are not affected by the setting.
+    assert "```python" in c.post("/v1", content="b", headers={"X-Speak": "0"}).text
+    body = c.post("/v1", content="c", headers={"Accept": "application/json"}).json()
+    assert body["reply"] == FENCED and "speech" not in body
+
+
+def test_setting_is_declared_alike_in_sql_code_and_readme():
+    from conftest import ROOT
+
+    from daemon.core import collect
+    from daemon.plugins import get_plugin_manager
+
+    spec = collect(get_plugin_manager()).specs["speak_plain_replies"]
+    sql = (ROOT / "settings.sql").read_text()
+    block = sql[sql.index("-- == clients ==") :]
+    line = "INSERT OR IGNORE INTO settings (name, value) VALUES ('speak_plain_replies', 'false');"
+    assert line in block and spec.dump(spec.default) == "false" and spec.plugin == "clients"
+    assert "`speak_plain_replies`" in (ROOT / "README.md").read_text()

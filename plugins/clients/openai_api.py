@@ -34,6 +34,10 @@ IGNORED = {
     "service_tier",
     "user",
     "logit_bias",
+    "reasoning_effort",
+    "verbosity",
+    "prompt_cache_key",
+    "safety_identifier",
 }
 HANDLED = {"model", "messages", "stream", "max_tokens", "max_completion_tokens", "n"}
 UNSUPPORTED = {
@@ -87,7 +91,9 @@ def from_lmd_error(e: LmdError) -> OpenAIError:
         kind = "server_error" if e.kind != "backend" else "backend_error"
     else:
         kind = "invalid_request_error"
-    return OpenAIError(e.message, status=e.status, kind=kind, code=e.kind)
+    return OpenAIError(
+        e.message, status=e.status, kind=kind, code=None if e.kind == "error" else e.kind
+    )
 
 
 @dataclass
@@ -165,7 +171,14 @@ def parse_request(body: Any, modes: list[str]) -> ChatRequest:
             '{"model": "lmd", "messages": [...]}.'
         )
     for key in body:
-        if key in UNSUPPORTED and body[key] not in (None, False, [], "none", {"type": "text"}):
+        if key in UNSUPPORTED and body[key] not in (
+            None,
+            False,
+            [],
+            "none",
+            "auto",
+            {"type": "text"},
+        ):
             raise OpenAIError(
                 f"The parameter {key!r} is not supported: {UNSUPPORTED[key]}; leave it out.",
                 param=key,
