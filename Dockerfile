@@ -16,9 +16,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     LMD_HOME=/data \
     LMD_BIND=0.0.0.0:8420
-RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin lmd \
+RUN groupadd --gid 10001 lmd \
+    && useradd --create-home --uid 10001 --gid 10001 --shell /usr/sbin/nologin lmd \
     && mkdir -p /data \
-    && chown lmd:lmd /data
+    && chown 10001:10001 /data
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir --no-index /wheels/*.whl \
     && rm -rf /wheels

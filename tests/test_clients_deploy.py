@@ -70,10 +70,11 @@ def test_dockerfile_passes_hadolint():
 
 def test_dockerfile_runs_lmd_serve_as_non_root(final_stage):
     assert final_stage["FROM"][0].startswith("python:3.11-slim")
-    user = final_stage["USER"][-1].split(":")[0]
-    assert user not in ("root", "0")
-    # The user is created with that uid before it is used.
-    assert any(f"--uid {user}" in run for run in final_stage["RUN"])
+    user, _, group = final_stage["USER"][-1].partition(":")
+    assert user not in ("root", "0") and group not in ("root", "0")
+    # The user and its group are created with those ids before they are used.
+    assert any(f"--uid {user} --gid {group}" in run for run in final_stage["RUN"])
+    assert any(f"groupadd --gid {group}" in run for run in final_stage["RUN"])
     assert exec_form(final_stage["ENTRYPOINT"][0]) == ["lmd"]
     assert exec_form(final_stage["CMD"][0]) == ["serve"]
 
@@ -82,7 +83,8 @@ def test_dockerfile_keeps_the_database_in_a_volume(final_stage):
     env = " ".join(final_stage["ENV"])
     assert "LMD_HOME=/data" in env
     assert "/data" in exec_form(final_stage["VOLUME"][0])
-    assert any("chown lmd:lmd /data" in run for run in final_stage["RUN"])
+    user = final_stage["USER"][-1]
+    assert any(f"chown {user} /data" in run for run in final_stage["RUN"])
     # No secret is baked into the image: keys come from `docker run -e`.
     assert "OPENAI_API_KEY" not in env and "LMD_TOKEN=" not in env
 
