@@ -268,3 +268,25 @@ def test_pyz_builds_and_runs(tmp_path, backend, home):
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(30)
+
+
+def test_service_install_and_uninstall_drive_systemctl(tmp_path):
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    calls = tmp_path / "calls"
+    systemctl = fake_bin / "systemctl"
+    systemctl.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    systemctl.chmod(0o755)
+    env = {"PATH": f"{fake_bin}:{os.environ['PATH']}"}
+    units = tmp_path / "units"
+    done = run_lmd("service", "install", "--platform", "linux", "--dir", str(units), env=env)
+    assert done.returncode == 0, done.stderr
+    assert "lmd runs as a user service now" in done.stdout
+    done = run_lmd("service", "uninstall", "--platform", "linux", "--dir", str(units), env=env)
+    assert done.returncode == 0 and not (units / "lmd.service").exists()
+    assert calls.read_text().splitlines() == [
+        "--user daemon-reload",
+        "--user enable --now lmd.service",
+        "--user disable --now lmd.service",
+        "--user daemon-reload",
+    ]
