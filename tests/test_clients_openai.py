@@ -75,10 +75,10 @@ def test_official_client_streaming(oai, backend):
 
 def test_session_from_user_field_and_header(oai, backend):
     backend.queue("first answer", "second answer", "other answer")
-    oai.chat.completions.create(model="lmd", messages=user("remember the word ostrich"), user="s1")
+    oai.chat.completions.create(model="lmd", messages=user("the secret word is ostrich"), user="s1")
     oai.chat.completions.create(model="lmd", messages=user("which word?"), user="s1")
     history = [m["content"] for m in backend.chat_requests[-1]["messages"]]
-    assert "remember the word ostrich" in history and "first answer" in history
+    assert "the secret word is ostrich" in history and "first answer" in history
     # The X-Session header wins over `user`: a different session has no such history.
     oai.chat.completions.create(
         model="lmd",
@@ -87,7 +87,7 @@ def test_session_from_user_field_and_header(oai, backend):
         extra_headers={"X-Session": "elsewhere"},
     )
     history = [m["content"] for m in backend.chat_requests[-1]["messages"]]
-    assert "remember the word ostrich" not in history
+    assert "the secret word is ostrich" not in history
 
 
 def test_models_lists_lmd_and_modes(oai):
