@@ -93,6 +93,25 @@ def test_session_from_user_field_and_header(oai, backend):
 def test_models_lists_lmd_and_modes(oai):
     ids = [m.id for m in oai.models.list()]
     assert ids[0] == "lmd" and "lmd-dali" in ids
+    assert oai.models.retrieve("lmd-dali").id == "lmd-dali"
+    with pytest.raises(openai.NotFoundError) as e:
+        oai.models.retrieve("lmd-nosuchmode")
+    assert "lmd-dali" in e.value.message
+
+
+def test_x_cwd_sets_the_session_directory(client, backend, tmp_path):
+    backend.queue("ok")
+    r = client.post(
+        "/v1/chat/completions",
+        json={"messages": user("where am I")},
+        headers={"X-Cwd": str(tmp_path), "X-Session": "cwd-s"},
+    )
+    assert r.status_code == 200
+    assert client.app.daemon.store.session("cwd-s").cwd == str(tmp_path)
+    r = client.post(
+        "/v1/chat/completions", json={"messages": user("x")}, headers={"X-Cwd": "rel/dir"}
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "X-Cwd"
 
 
 def test_unknown_model_is_not_found(oai, backend):

@@ -25,11 +25,12 @@ def register_settings(register):
 
 @hookimpl
 def register_routes(register):
-    from .openai_api import chat_completions, models
+    from .openai_api import chat_completions, model, models
     from .propose import propose
 
     register("/v1/chat/completions", chat_completions, methods=["POST"])
     register("/v1/models", models, methods=["GET"])
+    register("/v1/models/{model}", model, methods=["GET"])
     register("/v1/propose", propose, methods=["POST"])
 
 

@@ -299,6 +299,19 @@ async def models(request: Any) -> Any:
     return JSONResponse({"object": "list", "data": data})
 
 
+async def model(request: Any) -> Any:
+    """GET /v1/models/{model}: one model object, or an OpenAI-style 404."""
+    from starlette.responses import JSONResponse
+
+    daemon = request.app.state.daemon
+    name = request.path_params["model"]
+    try:
+        mode_for_model(name, list(daemon.modes))
+    except OpenAIError as e:
+        return JSONResponse(e.to_json(), status_code=e.status)
+    return JSONResponse({"id": name, "object": "model", "created": 0, "owned_by": "lmd"})
+
+
 async def chat_completions(request: Any) -> Any:
     """POST /v1/chat/completions: one lmd turn, answered as a chat completion."""
     from starlette.responses import JSONResponse
