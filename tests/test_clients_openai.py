@@ -112,6 +112,11 @@ def test_x_cwd_sets_the_session_directory(client, backend, tmp_path):
         "/v1/chat/completions", json={"messages": user("x")}, headers={"X-Cwd": "rel/dir"}
     )
     assert r.status_code == 400 and r.json()["error"]["param"] == "X-Cwd"
+    r = client.post(
+        "/v1/chat/completions", json={"messages": user("x")}, headers={"X-Session": "a b"}
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "X-Session"
+    assert backend.chat_requests[-1]["messages"][-1]["content"] == "where am I"
 
 
 def test_unknown_model_is_not_found(oai, backend):

@@ -336,11 +336,12 @@ async def _chat(request: Any) -> Any:
     daemon = request.app.state.daemon
     body = await read_json(request, daemon)
     chat = parse_request(body, list(daemon.modes))
+    header = request.headers.get("x-session")
     try:
         # The X-Session header names the session; else the OpenAI `user` field.
-        session = session_name(request, request.headers.get("x-session") or chat.user)
+        session = session_name(request, header or chat.user)
     except LmdError as e:
-        raise OpenAIError(e.message, param="user") from None
+        raise OpenAIError(e.message, param="X-Session" if header else "user") from None
     cwd = request.headers.get("x-cwd")
     if cwd and not Path(cwd).is_absolute():
         raise OpenAIError("The X-Cwd header must be an absolute path.", param="X-Cwd")
