@@ -1,6 +1,34 @@
-# Placeholder, completed by the clients work (non-root user, volume, healthcheck).
+# lmd in a container: `lmd serve` as a non-root user, the database in a volume, a healthcheck.
+#   docker build -t lmd .
+#   docker run -d -p 8420:8420 -v lmd-data:/data \
+#     -e LMD_TOKEN=$(openssl rand -hex 24) -e OPENAI_API_KEY=sk-... lmd
+# The daemon listens on 0.0.0.0 inside the container and refuses to start without LMD_TOKEN.
+
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md settings.sql ./
+COPY daemon ./daemon
+COPY plugins ./plugins
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
 FROM python:3.11-slim
-WORKDIR /app
-COPY . /app
-RUN pip install --no-cache-dir .
-CMD ["lmd", "serve"]
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    LMD_HOME=/data \
+    LMD_BIND=0.0.0.0:8420
+RUN groupadd --gid 10001 lmd \
+    && useradd --create-home --uid 10001 --gid 10001 --shell /usr/sbin/nologin lmd \
+    && mkdir -p /data \
+    && chown 10001:10001 /data
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir --no-index /wheels/*.whl \
+    && rm -rf /wheels
+USER 10001:10001
+WORKDIR /home/lmd
+VOLUME ["/data"]
+EXPOSE 8420
+# /healthz needs no token; python's stdlib does the request, so the image needs no curl.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; port = os.environ.get('LMD_BIND', '8420').rsplit(':', 1)[-1]; urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=4)"]
+ENTRYPOINT ["lmd"]
+CMD ["serve"]

@@ -43,3 +43,12 @@ clean:
 LM_SCORE_CSV ?= lm_score_company.csv
 bench-lm-score: $(TEST_STAMP)
 	$(BIN)/python benchmarks/bench_lm_score.py --company --csv $(LM_SCORE_CSV) $(LM_SCORE_ARGS)
+
+# One executable file: lmd and its dependencies (compiled ones for this platform and Python).
+.PHONY: pyz
+PYZ ?= dist/lmd.pyz
+pyz: $(TEST_STAMP)
+	@mkdir -p $(dir $(PYZ))
+	$(BIN)/shiv --quiet --compressed --python '/usr/bin/env python3' \
+		--console-script lmd --output-file $(PYZ) .
+	@ls -l $(PYZ)

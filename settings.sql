@@ -147,3 +147,5 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_cache', 'true');
 
 
 -- == clients ==
+-- Strip markdown from every text/plain reply on /v1 (voice-only setups); X-Speak: 0 keeps it per request.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('speak_plain_replies', 'false');

@@ -20,6 +20,7 @@ from . import __version__, karma
 from .core import Daemon
 from .errors import LmdError
 from .settings import SettingError
+from .speak import speak_stream, speakable, wants_speech
 from .turn import Outcome, run_turn
 
 log = logging.getLogger("lmd.app")
@@ -124,7 +125,11 @@ async def v1(request: Request) -> Response:
     cwd = request.headers.get("x-cwd") or request.query_params.get("cwd")
     if cwd and not Path(cwd).is_absolute():
         raise LmdError("The working directory must be an absolute path.")
-    return await answer(request, daemon, name, text, cwd=cwd)
+    # speak_plain_replies is the clients plugin's setting (absent when it is not loaded).
+    plain = not wants_json(request) and not wants_stream(request)
+    default = plain and daemon.settings().get("speak_plain_replies", False)
+    speak = wants_speech(request.headers, request.query_params, default)
+    return await answer(request, daemon, name, text, cwd=cwd, speak=speak)
 
 
 async def answer(
@@ -134,13 +139,22 @@ async def answer(
     text: str,
     cwd: str | None = None,
     mode_override: str | None = None,
+    speak: bool = False,
 ) -> Response:
-    """Run a turn and reply as the client asked: plain text, JSON or server-sent events."""
+    """Run a turn and reply as the client asked: plain text, JSON or server-sent events.
+
+    With `speak`, markdown is stripped for text-to-speech (JSON gets it as `speech`).
+    """
     outcome = Outcome(session=name)
     streaming = wants_stream(request)
     chunks = run_turn(daemon, name, text, outcome, streaming, cwd, mode_override)
+    if speak and streaming:
+        chunks = speak_stream(chunks)
     if not streaming:
         reply = "".join([c async for c in chunks])
+        if speak:
+            reply = speakable(reply)
+            outcome.extra = {**outcome.extra, "speech": reply}
         if wants_json(request):
             return JSONResponse(outcome.to_json())
         return PlainTextResponse(reply if reply.endswith("\n") else reply + "\n")

@@ -99,8 +99,14 @@ def serve(bind: str, token: str | None, home: Path | None) -> None:
 @click.option("--session", "-s", envvar="LMD_SESSION", help="Session name (default 'default').")
 @click.option("--cwd", help="Working directory for marat and cobol (absolute path).")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON reply.")
+@click.option("--speak", is_flag=True, help="Strip markdown from the reply for text-to-speech.")
 def say(
-    text: tuple[str, ...], url: str | None, session: str | None, cwd: str | None, as_json: bool
+    text: tuple[str, ...],
+    url: str | None,
+    session: str | None,
+    cwd: str | None,
+    as_json: bool,
+    speak: bool,
 ) -> None:
     """Send TEXT (or stdin) to the daemon and print the reply."""
     from .client import ClientError
@@ -110,7 +116,7 @@ def say(
     if not utterance.strip():
         fail("Nothing to say: give some words or pipe them on stdin.")
     try:
-        reply = send(utterance, session=session, url=url, as_json=as_json, cwd=cwd)
+        reply = send(utterance, session=session, url=url, as_json=as_json, cwd=cwd, speak=speak)
     except ClientError as e:
         fail(e.message)
     if as_json:

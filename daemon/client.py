@@ -91,9 +91,12 @@ def say(
     as_json: bool = False,
     cwd: str | None = None,
     token: str | None = None,
+    speak: bool = False,
 ) -> Any:
     """Send an utterance to POST /v1; return the reply text (or the JSON reply)."""
     headers = {"Accept": "application/json" if as_json else "text/plain"}
+    if speak:
+        headers["X-Speak"] = "1"
     if session:
         headers["X-Session"] = session
     if cwd:

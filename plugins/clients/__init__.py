@@ -1,1 +1,41 @@
-"""Client integrations: OpenAI-compatible endpoint, shell-init, service, doctor (being built)."""
+"""Client integrations: an OpenAI-compatible endpoint, shell functions, a key binding that
+proposes commands, a user service, and `lmd doctor`.
+
+Only the standard library and click are imported here; each route and command imports the
+rest when it runs, so `lmd say` stays fast.
+"""
+
+from __future__ import annotations
+
+from daemon.hookspecs import hookimpl
+from daemon.settings import Setting
+
+
+@hookimpl
+def register_settings(register):
+    register(
+        Setting(
+            "speak_plain_replies",
+            False,
+            "bool",
+            "Strip markdown from every text/plain reply on /v1 (X-Speak: 0 keeps it).",
+        )
+    )
+
+
+@hookimpl
+def register_routes(register):
+    from .openai_api import chat_completions, model, models
+    from .propose import propose
+
+    register("/v1/chat/completions", chat_completions, methods=["POST"])
+    register("/v1/models", models, methods=["GET"])
+    register("/v1/models/{model}", model, methods=["GET"])
+    register("/v1/propose", propose, methods=["POST"])
+
+
+@hookimpl
+def register_commands(cli):
+    from .commands import add_commands
+
+    add_commands(cli)

@@ -1,0 +1,118 @@
+"""Markdown to speakable text, for text-to-speech clients (`X-Speak: 1`, `lmd say --speak`).
+
+Line based, so a stream can be stripped as it arrives: `Speaker.feed(chunk)` returns the
+finished lines, `Speaker.flush()` the rest. Code inside fences is kept (it is the content);
+the fence lines, heading marks, bullets, emphasis, inline-code ticks, link targets and table
+rules go, because a voice reads them out as noise.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+FENCE = re.compile(r"^\s*(```|~~~)")
+RULE = re.compile(r"^\s*([-*_])(\s*\1){2,}\s*$")
+TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
+HEADING = re.compile(r"^\s{0,3}#{1,6}\s+")
+QUOTE = re.compile(r"^\s{0,3}>\s?")
+BULLET = re.compile(r"^(\s*)[-*+]\s+(\[[ xX]\]\s+)?")
+IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
+LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
+BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
+ITALIC_STAR = re.compile(r"(?<![\w*])\*(?=\S)([^*]+?)(?<=\S)\*(?![\w*])")
+ITALIC_UNDERSCORE = re.compile(r"(?<![\w_])_(?=\S)([^_]+?)(?<=\S)_(?![\w_])")
+STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
+INLINE_CODE = re.compile(r"`+([^`]+)`+")
+
+
+class Speaker:
+    """Strips markdown line by line; keeps whether we are inside a code fence."""
+
+    def __init__(self) -> None:
+        self.in_fence = False
+        self.buffer = ""
+        self.blank = True  # the last emitted line was blank (or nothing was emitted yet)
+
+    def feed(self, chunk: str) -> str:
+        """Add text; return the speakable form of every line it completed."""
+        self.buffer += chunk
+        if "\n" not in self.buffer:
+            return ""
+        done, self.buffer = self.buffer.rsplit("\n", 1)
+        return "".join(self._line(line) for line in done.split("\n"))
+
+    def flush(self) -> str:
+        """The speakable form of what is left (the last line had no newline)."""
+        rest, self.buffer = self.buffer, ""
+        return self._line(rest, newline=False) if rest else ""
+
+    def _line(self, line: str, newline: bool = True) -> str:
+        end = "\n" if newline else ""
+        if FENCE.match(line):
+            self.in_fence = not self.in_fence
+            return ""
+        if self.in_fence:
+            text = line.rstrip()
+        else:
+            text = speak_line(line)
+            if text is None:
+                return ""
+        if not text.strip():
+            if self.blank:
+                return ""
+            self.blank = True
+            return end
+        self.blank = False
+        return text + end
+
+
+def speak_line(line: str) -> str | None:
+    """One line outside code fences without its markup; None to drop the line."""
+    if RULE.match(line) or TABLE_RULE.match(line):
+        return None
+    text = HEADING.sub("", line)
+    text = QUOTE.sub("", text)
+    text = BULLET.sub(r"\1", text)
+    if text.strip().startswith("|") and text.strip().endswith("|"):
+        cells = [c.strip() for c in text.strip().strip("|").split("|")]
+        text = ", ".join(c for c in cells if c)
+    text = IMAGE.sub(r"\1", text)
+    text = LINK.sub(r"\1", text)
+    text = INLINE_CODE.sub(r"\1", text)
+    text = BOLD.sub(r"\2", text)
+    text = STRIKE.sub(r"\1", text)
+    text = ITALIC_STAR.sub(r"\1", text)
+    text = ITALIC_UNDERSCORE.sub(r"\1", text)
+    return text.rstrip()
+
+
+def speakable(text: str) -> str:
+    """The whole reply, stripped for a voice."""
+    s = Speaker()
+    out = s.feed(text) + s.flush()
+    return out.strip("\n")
+
+
+def wants_speech(headers: Any, query: Any, default: bool = False) -> bool:
+    """Whether to strip the reply: the X-Speak header or ?speak= say so, else `default`."""
+    value = (headers.get("x-speak") or query.get("speak") or "").strip().lower()
+    if not value:
+        return default
+    return value in ("1", "true", "yes", "on")
+
+
+async def speak_stream(chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+    """A chunk stream stripped for a voice (finished lines are released as they complete)."""
+    s = Speaker()
+    try:
+        async for chunk in chunks:
+            text = s.feed(chunk)
+            if text:
+                yield text
+        rest = s.flush()
+        if rest:
+            yield rest
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]

@@ -1,0 +1,278 @@
+"""`lmd doctor`: check the installation and explain each finding in a sentence.
+
+Checks: database path and integrity, invalid settings, backend reachable (and its models),
+logprobs support, the tokenizer in use, the bind/token policy, a running daemon, plugins.
+A "fail" makes the exit code 1; a "warn" does not (it limits a feature, lmd still works).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sqlite3
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+
+@dataclass
+class Finding:
+    check: str
+    status: str  # ok, warn or fail
+    message: str
+
+
+def check_database(path: Path) -> tuple[Finding, dict[str, str]]:
+    """The database file opens read-only and passes SQLite's integrity check."""
+    if not path.exists():
+        return Finding(
+            "database", WARN, f"There is no database at {path} yet; `lmd serve` creates it."
+        ), {}
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            result = conn.execute("PRAGMA integrity_check").fetchone()[0]
+            stored = dict(conn.execute("SELECT name, value FROM settings").fetchall())
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        return Finding(
+            "database",
+            FAIL,
+            f"The database {path} cannot be read ({e}); move it aside and `lmd serve` makes a "
+            "new one.",
+        ), {}
+    if result != "ok":
+        return Finding(
+            "database",
+            FAIL,
+            f"The database {path} is damaged ({result}); restore a backup or move it aside.",
+        ), stored
+    return Finding("database", OK, f"The database {path} is intact."), stored
+
+
+def check_settings(settings: Any) -> Finding:
+    problems = settings.problems()
+    if problems:
+        return Finding("settings", FAIL, " ".join(problems))
+    return Finding("settings", OK, f"All {len(settings.specs)} settings have valid values.")
+
+
+def _http_json(
+    url: str, key: str, timeout: float, body: dict | None = None
+) -> tuple[int | None, Any, str]:
+    """(status, parsed body, error sentence) for one request; never raises."""
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    req = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read() or b"null"), ""
+    except urllib.error.HTTPError as e:
+        return e.code, None, f"HTTP {e.code}"
+    except (urllib.error.URLError, OSError) as e:
+        return None, None, str(getattr(e, "reason", e))
+    except ValueError:
+        return 200, None, "the answer is not JSON"
+
+
+def check_backend(settings: Any) -> list[Finding]:
+    """GET /models, then one tiny chat call asking for logprobs."""
+    from daemon.llm import api_key, endpoint_from
+
+    base = endpoint_from(settings)
+    key = api_key()
+    timeout = min(float(settings["llm_timeout_secs"]), 10.0)
+    model = settings["openai_model"]
+    status, data, error = _http_json(base + "/models", key, timeout)
+    if status is None:
+        return [
+            Finding(
+                "backend",
+                FAIL,
+                f"I could not reach the language model at {base} ({error}); start it or fix "
+                "openai_chat_endpoint.",
+            )
+        ]
+    if status in (401, 403):
+        return [
+            Finding(
+                "backend", FAIL, f"{base} refused the API key; set OPENAI_API_KEY to a valid key."
+            )
+        ]
+    found: list[Finding] = []
+    ids = []
+    if status == 200 and isinstance(data, dict) and isinstance(data.get("data"), list):
+        ids = [m.get("id") for m in data["data"] if isinstance(m, dict)]
+        shown = ", ".join(str(i) for i in ids[:10]) + (" ..." if len(ids) > 10 else "")
+        if model in ids:
+            found.append(Finding("backend", OK, f"{base} answers and serves {shown}."))
+        else:
+            found.append(
+                Finding(
+                    "backend",
+                    WARN,
+                    f"{base} answers but does not list the model {model!r} (it serves {shown}); "
+                    "set openai_model to one of them.",
+                )
+            )
+    else:
+        found.append(
+            Finding("backend", WARN, f"{base} answers but lists no models ({error or 'no list'}).")
+        )
+    probe = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Say yes."}],
+        "max_tokens": 1,
+        "logprobs": True,
+        "top_logprobs": 2,
+    }
+    status, data, error = _http_json(base + "/chat/completions", key, timeout, probe)
+    try:
+        content = data["choices"][0]["logprobs"]["content"]
+    except (TypeError, KeyError, IndexError):
+        content = None
+    if status is None or (status != 200):
+        found.append(
+            Finding(
+                "logprobs",
+                FAIL,
+                f"A one-token chat call to {base} failed ({error}); lmd's modes will fail too.",
+            )
+        )
+    elif content:
+        found.append(Finding("logprobs", OK, "The backend returns token log probabilities."))
+    else:
+        found.append(
+            Finding(
+                "logprobs",
+                WARN,
+                "The backend returns no token log probabilities; LM_SCORE and SelectIT need them.",
+            )
+        )
+    return found
+
+
+def check_tokenizer(model: str) -> Finding:
+    from daemon import tokens
+
+    name = tokens.tokenizer_name(model)
+    if name.startswith("tiktoken"):
+        return Finding("tokenizer", OK, f"Token counts come from {name}.")
+    return Finding(
+        "tokenizer",
+        WARN,
+        "Token counts are estimated at 4 bytes a token: tiktoken has no encoding file here "
+        "(put one in TIKTOKEN_CACHE_DIR for exact counts).",
+    )
+
+
+def check_policy(environ: dict) -> Finding:
+    from daemon.errors import LmdError
+    from daemon.server import is_loopback, parse_bind
+
+    bind = environ.get("LMD_BIND") or "127.0.0.1:8420"
+    token = environ.get("LMD_TOKEN")
+    try:
+        host, port = parse_bind(bind)
+    except LmdError as e:
+        return Finding("bind", FAIL, e.message)
+    if not is_loopback(host) and not token:
+        return Finding(
+            "bind",
+            FAIL,
+            f"LMD_BIND is {bind} but LMD_TOKEN is not set: `lmd serve` refuses to listen beyond "
+            "loopback without a token. Set LMD_TOKEN or bind 127.0.0.1.",
+        )
+    if token and len(token) < 16:
+        return Finding(
+            "bind", WARN, "LMD_TOKEN is shorter than 16 characters; use a long random one."
+        )
+    where = "loopback only" if is_loopback(host) else "the network, with a token"
+    return Finding("bind", OK, f"lmd serve would listen on {host}:{port} ({where}).")
+
+
+def check_daemon(environ: dict) -> Finding:
+    from daemon.client import daemon_url
+
+    url = daemon_url(environ.get("LMD_URL"))
+    status, data, error = _http_json(url + "/healthz", environ.get("LMD_TOKEN") or "", 3.0)
+    if status == 200 and isinstance(data, dict):
+        return Finding(
+            "daemon",
+            OK,
+            f"A daemon (version {data.get('version')}) answers at {url} with modes "
+            f"{', '.join(data.get('modes') or [])}.",
+        )
+    return Finding(
+        "daemon",
+        WARN,
+        f"No daemon answers at {url} ({error or status}); start it with `lmd serve`.",
+    )
+
+
+def check_plugins(pm: Any) -> Finding:
+    from importlib.metadata import entry_points
+
+    from daemon.plugins import wanted_plugins
+
+    wanted = wanted_plugins()
+    loaded = {name for name, _ in pm.list_name_plugin()}
+    broken = []
+    for ep in entry_points(group="lmd"):
+        if ep.name in loaded or (wanted is not None and ep.name not in wanted):
+            continue
+        try:
+            importlib.import_module(ep.value)
+        except Exception as e:
+            broken.append(f"{ep.name} ({type(e).__name__}: {e})")
+    if broken:
+        return Finding(
+            "plugins",
+            FAIL,
+            f"These plugins failed to load: {'; '.join(broken)}. Reinstall or remove them.",
+        )
+    return Finding("plugins", OK, f"Plugins loaded: {', '.join(sorted(loaded))}.")
+
+
+def run_checks(home: Path, offline: bool = False, environ: dict | None = None) -> list[Finding]:
+    """Every check, in the order a person would fix them."""
+    from daemon.core import collect
+    from daemon.plugins import get_plugin_manager
+    from daemon.settings import Settings
+
+    env = dict(os.environ if environ is None else environ)
+    pm = get_plugin_manager()
+    findings = [check_plugins(pm)]
+    registry = collect(pm)
+    db, stored = check_database(home / "lmd.db")
+    findings.append(db)
+    settings = Settings(registry.specs, stored, env)
+    findings.append(check_settings(settings))
+    settings_ok = findings[-1].status == OK
+    if not settings_ok:
+        findings.append(
+            Finding("backend", WARN, "Backend not checked: fix the invalid settings first.")
+        )
+    elif offline:
+        findings.append(Finding("backend", WARN, "Backend not checked (--offline)."))
+    else:
+        findings.extend(check_backend(settings))
+    model = settings["openai_model"] if settings_ok else "gpt-4.1-mini"
+    findings.append(check_tokenizer(model))
+    findings.append(check_policy(env))
+    if not offline:
+        findings.append(check_daemon(env))
+    return findings
+
+
+def report(findings: list[Finding], as_json: bool) -> str:
+    if as_json:
+        return json.dumps([asdict(f) for f in findings], indent=2)
+    marks = {OK: "ok  ", WARN: "warn", FAIL: "FAIL"}
+    return "\n".join(f"[{marks[f.status]}] {f.check}: {f.message}" for f in findings)
