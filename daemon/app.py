@@ -20,7 +20,7 @@ from . import __version__, karma
 from .core import Daemon
 from .errors import LmdError
 from .settings import SettingError
-from .speak import speak_stream, speakable, wants_speech
+from .speak import speak_stream, speakable, unfence, wants_raw, wants_speech
 from .turn import Outcome, run_turn
 
 log = logging.getLogger("lmd.app")
@@ -157,6 +157,8 @@ async def answer(
             outcome.extra = {**outcome.extra, "speech": reply}
         if wants_json(request):
             return JSONResponse(outcome.to_json())
+        if not wants_raw(request.headers, request.query_params):
+            reply = unfence(reply)  # plain text never carries markdown fences unless asked
         return PlainTextResponse(reply if reply.endswith("\n") else reply + "\n")
     # Pull the first chunk before answering, so early failures get a real HTTP status.
     first = await anext(chunks, None)

@@ -95,6 +95,19 @@ def speakable(text: str) -> str:
     return out.strip("\n")
 
 
+def unfence(text: str) -> str:
+    """Drop markdown fence lines (the code between them stays): plain replies are for people."""
+    if "```" not in text and "~~~" not in text:
+        return text
+    return "\n".join(line for line in text.split("\n") if not FENCE.match(line))
+
+
+def wants_raw(headers: Any, query: Any) -> bool:
+    """The client asked for the reply exactly as the mode wrote it (X-Raw: 1 or ?raw=1)."""
+    value = (headers.get("x-raw") or query.get("raw") or "").strip().lower()
+    return value in ("1", "true", "yes", "on")
+
+
 def wants_speech(headers: Any, query: Any, default: bool = False) -> bool:
     """Whether to strip the reply: the X-Speak header or ?speak= say so, else `default`."""
     value = (headers.get("x-speak") or query.get("speak") or "").strip().lower()

@@ -283,3 +283,12 @@ def test_foreign_host_and_origin_are_refused_on_loopback(client):
     r = client.get("/settings", headers={"Origin": "http://evil.example"})
     assert r.status_code == 403 and "Cross-origin" in r.json()["error"]
     assert client.get("/settings", headers={"Origin": "http://localhost:3000"}).status_code == 200
+
+
+def test_plain_replies_drop_markdown_fences_unless_raw_is_asked(client, backend):
+    reply = "Run this:\n```bash\nls -la\n```\nDone."
+    backend.queue(reply, reply, reply)
+    assert client.post("/v1", content="dali how").text == "Run this:\nls -la\nDone.\n"
+    assert client.post("/v1?raw=1", content="dali how").text == reply + "\n"
+    r = client.post("/v1", content="dali how", headers=JSON)
+    assert r.json()["reply"] == reply  # JSON clients get the reply as written

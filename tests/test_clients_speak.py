@@ -94,9 +94,10 @@ def test_v1_speak_plain(client, backend):
     assert r.status_code == 200
     assert r.text == "Here:\nprint('hi')\nDone now.\n"
     assert "```" not in r.text
-    # Without the header the reply is as the mode said it.
-    backend.queue(FENCED)
-    assert "```python" in client.post("/v1", content="show code").text
+    # Without the header only the fences go; with ?raw=1 the reply is as the mode said it.
+    backend.queue(FENCED, FENCED)
+    assert "```" not in client.post("/v1", content="show code").text
+    assert "```python" in client.post("/v1?raw=1", content="show code").text
 
 
 def test_v1_speak_query_and_json_keep_the_original(client, backend):
@@ -138,8 +139,10 @@ def test_speak_plain_replies_setting(make_client, backend):
     c = make_client(speak_plain_replies=True)
     backend.queue(FENCED, FENCED, FENCED)
     assert c.post("/v1", content="a").text == "Here:\nprint('hi')\nDone now.\n"
-    # Asked for the raw reply: X-Speak: 0. JSON clients are not affected by the setting.
-    assert "```python" in c.post("/v1", content="b", headers={"X-Speak": "0"}).text
+    # X-Speak: 0 turns speech off (fences still go); X-Raw: 1 gets the reply as written.
+    # JSON clients are not affected by the setting.
+    off = c.post("/v1", content="b", headers={"X-Speak": "0", "X-Raw": "1"}).text
+    assert "```python" in off
     body = c.post("/v1", content="c", headers={"Accept": "application/json"}).json()
     assert body["reply"] == FENCED and "speech" not in body
 
