@@ -11,19 +11,8 @@ from pathlib import Path
 
 import click
 
-
-def _fail(message: str, code: int = 1) -> None:
-    click.echo(message, err=True)
-    sys.exit(code)
-
-
-def _home_option(f):
-    return click.option(
-        "--home",
-        type=click.Path(file_okay=False, path_type=Path),
-        envvar="LMD_HOME",
-        help="Directory of the daemon database (settings and cache).",
-    )(f)
+from daemon.cli import fail as _fail
+from daemon.cli import home_option as _home_option
 
 
 @click.command()
