@@ -1,0 +1,486 @@
+"""Ratings from pairwise battles: online Elo, Bradley–Terry, bootstrap intervals, matrices.
+
+Battles arrive as integer arrays (`Battles`): index of model A, index of model B and the
+score of A (1 win, 0 loss, 0.5 either kind of tie — the Chatbot Arena convention).
+Everything heavy is numpy, imported inside functions so `lmd --help` stays fast.
+
+Bradley–Terry only needs the counts per (pair, outcome) cell, so the fit and its bootstrap
+work on a few hundred cells instead of every battle; bootstrap counts are multinomial
+draws over those cells, and each round's fit starts from the point estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from daemon.errors import LmdError
+
+WINNERS = ("model_a", "model_b", "tie", "tie (bothbad)")
+SCORE_OF_A = {"model_a": 1.0, "model_b": 0.0, "tie": 0.5, "tie (bothbad)": 0.5}
+# A ridge this small moves real ratings by far less than 0.01 points, yet keeps the
+# maximum-likelihood estimate finite when a model won (or lost) every battle it fought.
+RIDGE = 1e-6
+
+
+@dataclass
+class EloParams:
+    """The Elo scale: K factor, rating units per factor `base` of odds, starting rating."""
+
+    k: float = 4.0
+    scale: float = 400.0
+    base: float = 10.0
+    initial: float = 1000.0
+
+    @property
+    def per_logit(self) -> float:
+        """Rating points per natural-log unit of odds (400/ln 10 ≈ 173.7 by default)."""
+        return self.scale / math.log(self.base)
+
+
+class PairwiseRatingEntity:
+    """One pairing of two rated players, in the spec's shape: `entity.battle(winner)`.
+
+    Ratings live in a shared dict so many entities (pairs) update one table:
+
+        table = {}
+        PairwiseRatingEntity("vicuna-13b", "koala-13b", table).battle("model_a")
+    """
+
+    def __init__(
+        self,
+        model_a: str,
+        model_b: str,
+        ratings: dict[str, float] | None = None,
+        params: EloParams | None = None,
+    ) -> None:
+        if model_a == model_b:
+            raise LmdError(f"A model cannot battle itself ({model_a}); pick two different models.")
+        self.model_a, self.model_b = model_a, model_b
+        self.params = params or EloParams()
+        self.ratings = ratings if ratings is not None else {}
+        for m in (model_a, model_b):
+            self.ratings.setdefault(m, self.params.initial)
+
+    def expected(self) -> float:
+        """Expected score of model A against model B."""
+        p = self.params
+        ra, rb = self.ratings[self.model_a], self.ratings[self.model_b]
+        return 1.0 / (1.0 + p.base ** ((rb - ra) / p.scale))
+
+    def battle(self, winner: str) -> tuple[float, float]:
+        """Apply one result ('model_a', 'model_b', 'tie', 'tie (bothbad)'); new (r_a, r_b)."""
+        s_a = score_of(winner)
+        e_a = self.expected()
+        e_b = 1.0 - e_a
+        k = self.params.k
+        self.ratings[self.model_a] += k * (s_a - e_a)
+        self.ratings[self.model_b] += k * (1.0 - s_a - e_b)
+        return self.ratings[self.model_a], self.ratings[self.model_b]
+
+
+def normalise_winner(label: str) -> str | None:
+    """The canonical winner label, or None when the label is not one we know."""
+    text = label.strip().lower()
+    if text in SCORE_OF_A:
+        return text
+    squashed = text.replace(" ", "").replace("_", "").replace("-", "")
+    if squashed in ("tie(bothbad)", "tie(allbad)", "tiebothbad", "tieallbad", "bothbad"):
+        return "tie (bothbad)"
+    if squashed in ("modela", "a"):
+        return "model_a"
+    if squashed in ("modelb", "b"):
+        return "model_b"
+    return None
+
+
+def score_of(winner: str) -> float:
+    canonical = normalise_winner(winner)
+    if canonical is None:
+        raise LmdError(f"Unknown winner {winner!r}; use model_a, model_b, tie or tie (bothbad).")
+    return SCORE_OF_A[canonical]
+
+
+@dataclass
+class Battles:
+    """Battles as arrays: model indices `a`, `b` and A's score `s` (1, 0 or 0.5)."""
+
+    models: list[str]
+    a: Any
+    b: Any
+    s: Any
+    bothbad: Any = None  # bool array: the tie was a 'both bad' one
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[tuple[str, str, str]]) -> Battles:
+        """From (model_a, model_b, winner) triples with canonical winners."""
+        import numpy as np
+
+        index: dict[str, int] = {}
+        a, b, s, bad = [], [], [], []
+        for model_a, model_b, winner in rows:
+            a.append(index.setdefault(model_a, len(index)))
+            b.append(index.setdefault(model_b, len(index)))
+            s.append(SCORE_OF_A[winner])
+            bad.append(winner == "tie (bothbad)")
+        return cls(
+            list(index),
+            np.asarray(a, dtype=np.int64),
+            np.asarray(b, dtype=np.int64),
+            np.asarray(s, dtype=np.float64),
+            np.asarray(bad, dtype=bool),
+        )
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+    def counts(self) -> Any:
+        """Battles fought per model."""
+        import numpy as np
+
+        m = len(self.models)
+        return np.bincount(self.a, minlength=m) + np.bincount(self.b, minlength=m)
+
+    def mirrored(self) -> Battles:
+        """The same battles with A and B swapped and winners mirrored."""
+        bad = None if self.bothbad is None else self.bothbad.copy()
+        return Battles(list(self.models), self.b.copy(), self.a.copy(), 1.0 - self.s, bad)
+
+
+# -- online Elo ---------------------------------------------------------------------------
+def online_elo(battles: Battles, params: EloParams | None = None) -> Any:
+    """Ratings after one pass in file order (a plain loop over Python floats is fastest)."""
+    import numpy as np
+
+    p = params or EloParams()
+    ratings = [p.initial] * len(battles.models)
+    k, base, scale = p.k, p.base, p.scale
+    for ia, ib, s in zip(battles.a.tolist(), battles.b.tolist(), battles.s.tolist(), strict=True):
+        ra, rb = ratings[ia], ratings[ib]
+        delta = k * (s - 1.0 / (1.0 + base ** ((rb - ra) / scale)))
+        ratings[ia] = ra + delta
+        ratings[ib] = rb - delta  # K(1 - s_a - e_b) = -K(s_a - e_a): Elo is zero-sum
+    return np.asarray(ratings)
+
+
+def online_elo_history(
+    battles: Battles, params: EloParams | None = None, points: int = 100
+) -> tuple[list[int], Any]:
+    """Ratings after every len/points battles (for the 'ratings over battles' plot)."""
+    import numpy as np
+
+    p = params or EloParams()
+    n = len(battles)
+    marks = sorted({max(1, round(n * (i + 1) / points)) for i in range(points)}) if n else []
+    ratings = [p.initial] * len(battles.models)
+    out, want = [], iter(marks)
+    nxt = next(want, None)
+    a, b, s = battles.a.tolist(), battles.b.tolist(), battles.s.tolist()
+    for t in range(n):
+        ra, rb = ratings[a[t]], ratings[b[t]]
+        delta = p.k * (s[t] - 1.0 / (1.0 + p.base ** ((rb - ra) / p.scale)))
+        ratings[a[t]] = ra + delta
+        ratings[b[t]] = rb - delta
+        if t + 1 == nxt:
+            out.append(list(ratings))
+            nxt = next(want, None)
+    return marks, np.asarray(out).reshape(len(marks), len(battles.models))
+
+
+def online_elo_bootstrap(
+    battles: Battles, rounds: int, params: EloParams | None = None, seed: int | None = None
+) -> Any:
+    """R rounds of online Elo on battles resampled with replacement, shape (R, models).
+
+    Rounds run side by side: one pass over battle positions, each step updating all R
+    rounds at once. Ratings are kept in natural-log-odds units halved, so the expected
+    score is 0.5 + 0.5·tanh(r_a − r_b) and a step costs a handful of numpy calls.
+    """
+    import numpy as np
+
+    p = params or EloParams()
+    m, n = len(battles.models), len(battles)
+    rng = np.random.default_rng(seed)
+    c = math.log(p.base) / p.scale / 2.0  # rating points -> half log-odds
+    ratings = np.full(rounds * m, p.initial * c)
+    offsets = (np.arange(rounds, dtype=np.int64) * m)[None, :]
+    sign = np.array([[1.0], [-1.0]])
+    half_k_sign = p.k * c / 2.0 * sign
+    chunk = max(1, min(n, 2_000_000 // max(rounds, 1)))
+    for start in range(0, n, chunk):
+        stop = min(n, start + chunk)
+        draws = rng.integers(0, n, size=(stop - start, rounds))
+        # pair[t] is (2, R): flat indices of A's and B's rating in each round
+        pair = np.stack([battles.a[draws] + offsets, battles.b[draws] + offsets], axis=1)
+        # the constant part of A's gain, with sign: +K(s-1/2) for A, -K(s-1/2) for B
+        gain = (p.k * c * (battles.s[draws] - 0.5))[:, None, :] * sign
+        for t in range(stop - start):
+            idx = pair[t]
+            r = ratings[idx]
+            th = np.tanh(r[0] - r[1])
+            r += gain[t]
+            r -= half_k_sign * th
+            ratings[idx] = r
+    return ratings.reshape(rounds, m) / c
+
+
+# -- Bradley–Terry ------------------------------------------------------------------------
+@dataclass
+class Cells:
+    """Battle counts per (unordered pair, outcome): i won, j won, tie (i < j)."""
+
+    models: list[str]
+    i: Any
+    j: Any
+    counts: Any  # shape (pairs, 3): i wins, j wins, ties (both kinds)
+
+    @classmethod
+    def from_battles(cls, battles: Battles) -> Cells:
+        import numpy as np
+
+        m = len(battles.models)
+        lo = np.minimum(battles.a, battles.b)
+        hi = np.maximum(battles.a, battles.b)
+        a_is_lo = battles.a == lo
+        # outcome 0: lo won, 1: hi won, 2: tie
+        lo_won = np.where(a_is_lo, battles.s == 1.0, battles.s == 0.0)
+        hi_won = np.where(a_is_lo, battles.s == 0.0, battles.s == 1.0)
+        outcome = np.where(lo_won, 0, np.where(hi_won, 1, 2))
+        key = (lo * m + hi) * 3 + outcome
+        flat = np.bincount(key, minlength=m * m * 3).reshape(m * m, 3)
+        pairs = np.flatnonzero(flat.sum(axis=1))
+        return cls(list(battles.models), pairs // m, pairs % m, flat[pairs].astype(np.float64))
+
+    def wins(self, counts: Any = None) -> tuple[Any, Any]:
+        """(wins of i counting ties as half, games) per pair; `counts` may be (R, pairs, 3)."""
+        c = self.counts if counts is None else counts
+        return c[..., 0] + 0.5 * c[..., 2], c.sum(axis=-1)
+
+
+def _bt_gradient_hessian(theta: Any, cells: Cells, w: Any, n: Any) -> tuple[Any, Any]:
+    """Gradient and Hessian of the ridge-penalised BT log-likelihood (natural-log units)."""
+    import numpy as np
+
+    m = len(cells.models)
+    prob = 1.0 / (1.0 + np.exp(theta[cells.j] - theta[cells.i]))
+    resid = w - n * prob
+    grad = np.bincount(cells.i, resid, m) - np.bincount(cells.j, resid, m) - RIDGE * theta
+    h = n * prob * (1.0 - prob)
+    hess = np.zeros((m, m))
+    np.add.at(hess, (cells.i, cells.j), h)
+    hess += hess.T
+    hess[np.diag_indices(m)] = -hess.sum(axis=1) - RIDGE
+    return grad, hess
+
+
+def bt_gradient(theta_points: Any, cells: Cells, params: EloParams | None = None) -> Any:
+    """Gradient of the BT log-likelihood at ratings given in rating points (for tests)."""
+    p = params or EloParams()
+    import numpy as np
+
+    theta = (np.asarray(theta_points, dtype=float) - p.initial) / p.per_logit
+    w, n = cells.wins()
+    return _bt_gradient_hessian(theta, cells, w, n)[0]
+
+
+def _newton_solve_matrix(hess: Any) -> Any:
+    """-(H)^-1 made regular along the all-ones direction, where the likelihood is flat."""
+    import numpy as np
+
+    m = hess.shape[0]
+    scale = max(1.0, float(-np.diag(hess).mean()))
+    return np.linalg.inv(-hess + scale * np.ones((m, m)) / m)
+
+
+def bradley_terry_logits(cells: Cells, tol: float = 1e-10, max_iter: int = 100) -> Any:
+    """Maximum-likelihood strengths in natural-log-odds units, centred at 0 (Newton)."""
+    import numpy as np
+
+    m = len(cells.models)
+    theta = np.zeros(m)
+    w, n = cells.wins()
+    for _ in range(max_iter):
+        grad, hess = _bt_gradient_hessian(theta, cells, w, n)
+        step = _newton_solve_matrix(hess) @ grad
+        # Far from the optimum a full Newton step can overshoot; cap it at 4 log-odds.
+        biggest = np.abs(step).max() if m else 0.0
+        if biggest > 4.0:
+            step *= 4.0 / biggest
+        theta += step
+        theta -= theta.mean()
+        if biggest < tol:
+            break
+    return theta
+
+
+def bradley_terry(battles: Battles, params: EloParams | None = None) -> Any:
+    """Bradley–Terry ratings on the Elo scale, mean = params.initial."""
+    p = params or EloParams()
+    return p.initial + p.per_logit * bradley_terry_logits(Cells.from_battles(battles))
+
+
+def bt_bootstrap(
+    battles: Battles,
+    rounds: int,
+    params: EloParams | None = None,
+    seed: int | None = None,
+    tol: float = 1e-8,
+) -> Any:
+    """R rounds of BT on multinomially resampled cell counts, shape (R, models).
+
+    Every round starts at the point estimate and takes Newton steps with the point
+    estimate's Hessian (resampled data curve almost the same); the few rounds that do not
+    settle in 30 steps finish with their own exact Hessian.
+    """
+    import numpy as np
+
+    p = params or EloParams()
+    cells = Cells.from_battles(battles)
+    m = len(cells.models)
+    rng = np.random.default_rng(seed)
+    theta0 = bradley_terry_logits(cells)
+    w0, n0 = cells.wins()
+    _, hess0 = _bt_gradient_hessian(theta0, cells, w0, n0)
+    solve0 = _newton_solve_matrix(hess0)
+    flat = cells.counts.ravel()
+    total = int(flat.sum())
+    out = np.empty((rounds, m))
+    chunk = max(1, min(rounds, 4_000_000 // max(flat.size, 1)))
+    for start in range(0, rounds, chunk):
+        r = min(rounds, start + chunk) - start
+        counts = _multinomial(rng, total, flat / total, r).reshape(r, -1, 3)
+        w, n = cells.wins(counts)
+        theta = np.tile(theta0, (r, 1))
+        active = np.arange(r)
+        for _ in range(30):
+            th = theta[active]
+            prob = 1.0 / (1.0 + np.exp(th[:, cells.j] - th[:, cells.i]))
+            resid = w[active] - n[active] * prob
+            grad = _rowwise_bincount(cells.i, resid, m) - _rowwise_bincount(cells.j, resid, m)
+            grad -= RIDGE * th
+            step = grad @ solve0
+            theta[active] = th + step
+            still = np.abs(step).max(axis=1) > tol
+            active = active[still]
+            if not active.size:
+                break
+        for row in active:  # rare: a resample far from the data (a pair drawn many times)
+            theta[row] = _newton_from(theta[row], cells, w[row], n[row], tol)
+        theta -= theta.mean(axis=1, keepdims=True)
+        out[start : start + r] = theta
+    return p.initial + p.per_logit * out
+
+
+def _newton_from(theta: Any, cells: Cells, w: Any, n: Any, tol: float) -> Any:
+    import numpy as np
+
+    for _ in range(100):
+        grad, hess = _bt_gradient_hessian(theta, cells, w, n)
+        step = _newton_solve_matrix(hess) @ grad
+        biggest = np.abs(step).max()
+        if biggest > 4.0:
+            step *= 4.0 / biggest
+        theta = theta + step
+        if biggest < tol:
+            break
+    return theta
+
+
+def _rowwise_bincount(index: Any, weights: Any, m: int) -> Any:
+    """bincount of each row of `weights` (R, P) by `index` (P,), as (R, m)."""
+    import numpy as np
+
+    r = weights.shape[0]
+    flat_index = (np.arange(r)[:, None] * m + index[None, :]).ravel()
+    return np.bincount(flat_index, weights.ravel(), r * m).reshape(r, m)
+
+
+def _multinomial(rng: Any, total: int, probs: Any, rounds: int) -> Any:
+    """`rounds` multinomial draws of `total` over `probs`, by binary splitting.
+
+    Splitting the cells in halves and drawing one binomial per node gives exact
+    multinomial counts with one vectorised call per tree level instead of a Python loop
+    over cells.
+    """
+    import numpy as np
+
+    k = probs.size
+    size = 1
+    while size < k:
+        size *= 2
+    leaf_p = np.zeros(size)
+    leaf_p[:k] = probs
+    # tree[level] holds the probability mass of each node at that level
+    levels = [leaf_p]
+    while levels[-1].size > 1:
+        levels.append(levels[-1].reshape(-1, 2).sum(axis=1))
+    counts = np.full((rounds, 1), total, dtype=np.int64)
+    for level in reversed(levels[:-1]):
+        pairs = level.reshape(-1, 2)
+        parent = pairs.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            left_share = np.where(parent > 0, pairs[:, 0] / np.where(parent > 0, parent, 1), 0.0)
+        left_share = np.clip(left_share, 0.0, 1.0)
+        left = rng.binomial(counts, left_share[None, :])
+        counts = np.stack([left, counts - left], axis=2).reshape(rounds, -1)
+    return counts[:, :k]
+
+
+# -- anchoring, summaries, matrices ------------------------------------------------------
+def anchor(ratings: Any, models: Sequence[str], model: str, value: float) -> Any:
+    """Shift ratings (1-D or per round 2-D) so `model` has `value`."""
+    if model not in models:
+        raise LmdError(
+            f"The anchor model {model} has no battles here; pick one of: "
+            + ", ".join(sorted(models))
+            + "."
+        )
+    i = list(models).index(model)
+    if ratings.ndim == 1:
+        return ratings - ratings[i] + value
+    return ratings - ratings[:, i : i + 1] + value
+
+
+@dataclass
+class Summary:
+    """Bootstrap summary per model: median, 95% interval and rank."""
+
+    median: dict[str, float] = field(default_factory=dict)
+    ci: dict[str, list[float]] = field(default_factory=dict)
+    rank: dict[str, int] = field(default_factory=dict)
+
+
+def summarise(samples: Any, models: Sequence[str]) -> Summary:
+    """Median, 2.5–97.5% interval, and rank = 1 + models whose low end beats our high end."""
+    import numpy as np
+
+    med = np.median(samples, axis=0)
+    lo, hi = np.percentile(samples, [2.5, 97.5], axis=0)
+    out = Summary()
+    for k, name in enumerate(models):
+        out.median[name] = float(med[k])
+        out.ci[name] = [float(lo[k]), float(hi[k])]
+        out.rank[name] = 1 + int(np.sum(lo > hi[k]))
+    return out
+
+
+def matrices(battles: Battles, ratings: Any, params: EloParams | None = None) -> dict[str, Any]:
+    """Win rate (ties half), battle counts and predicted win rate, each (models, models)."""
+    import numpy as np
+
+    p = params or EloParams()
+    m = len(battles.models)
+    games = np.zeros((m, m))
+    wins = np.zeros((m, m))
+    np.add.at(games, (battles.a, battles.b), 1.0)
+    np.add.at(wins, (battles.a, battles.b), battles.s)
+    np.add.at(wins, (battles.b, battles.a), 1.0 - battles.s)
+    games = games + games.T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = np.where(games > 0, wins / np.where(games > 0, games, 1), np.nan)
+    diff = ratings[None, :] - ratings[:, None]
+    predicted = 1.0 / (1.0 + p.base ** (diff / p.scale))
+    np.fill_diagonal(predicted, np.nan)
+    return {"win_rate": rate, "battles": games, "predicted": predicted}
