@@ -82,9 +82,8 @@ def load_models_file(path: str | Path | None) -> dict[str, dict]:
 
 def resolve(name: str, settings: Any, models_file: str | Path | None = None) -> Endpoint:
     """The endpoint of model `name`: from the models file, else the daemon's endpoint."""
-    from daemon.llm import endpoint_from
-
     from daemon.core import default_home
+    from daemon.llm import endpoint_from
 
     path = models_file or settings["elo_models_file"] or default_home() / "elo_models.yaml"
     table = load_models_file(path)

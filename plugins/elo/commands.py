@@ -128,27 +128,38 @@ def _full_rows(table: Any, qa: Any) -> list[dict[str, str]]:
     return rows
 
 
-def _resume(rows: list[dict], out: Path, judge: str | None) -> list[int]:
-    """Copy verdicts already in `out` into rows; return the indexes still to judge."""
+def _resume(rows: list[dict], out: Path | None, judge: str | None) -> tuple[list[dict], list[int]]:
+    """Copy verdicts already in `out` into rows.
+
+    Returns the earlier rows of `out` that are not among `rows` (kept, so one judged file
+    can grow as models and questions are added) and the indexes still to judge.
+    """
     from .arrange import battle_key
     from .files import read_table
 
     done: dict[tuple, dict] = {}
-    if out.exists() and out.stat().st_size:
+    others: list[dict] = []
+    if out is not None and out.exists() and out.stat().st_size:
         previous = read_table(out, allow_empty=True)
+        previous.require("model_a", "model_b")
         for r in previous.rows:
-            if r.get("winner", "").strip() or r.get("gpt_4_response", "").strip():
-                key = battle_key(r.get("question", ""), r["model_a"], r["model_b"])
-                if judge is None or r.get("judge") == judge:
-                    done[key] = r
+            key = battle_key(r.get("question", ""), r["model_a"], r["model_b"])
+            judged = r.get("winner", "").strip() or r.get("gpt_4_response", "").strip()
+            if judged and (judge is None or r.get("judge") == judge) and key not in done:
+                done[key] = r
+            else:
+                others.append(r)
     todo = []
     for i, row in enumerate(rows):
-        old = done.get(battle_key(row["question"], row["model_a"], row["model_b"]))
+        key = battle_key(row["question"], row["model_a"], row["model_b"])
+        old = done.pop(key, None)
         if old and old["model_a"].strip() == row["model_a"]:
             row.update({k: v for k, v in old.items() if k in row})
         else:
+            if old:
+                others.append(old)
             todo.append(i)
-    return todo
+    return others + list(done.values()), todo
 
 
 def _judged(rows: list[dict]) -> list[dict]:
@@ -284,8 +295,9 @@ def register(cli: click.Group) -> None:
     )
     @home_option
     @friendly
-    def judge(battles_file, output, qa_file, judge_model, models_file, concurrency,
-              prompt_file, home) -> None:  # fmt: skip
+    def judge(
+        battles_file, output, qa_file, judge_model, models_file, concurrency, prompt_file, home
+    ) -> None:
         """Let an LLM judge each battle: winner, response, justification, is_valid."""
         from .backends import resolve
         from .files import check_arrangement, read_qa, read_table, write_table
@@ -297,11 +309,11 @@ def register(cli: click.Group) -> None:
         check_arrangement(table)
         rows = _full_rows(table, read_qa(qa_file) if qa_file else None)
         endpoint = resolve(judge_model or settings["elo_judge_model"], settings, models_file)
-        todo = _resume(rows, output, endpoint.name)
+        earlier, todo = _resume(rows, output, endpoint.name)
         columns = _columns(rows)
 
         def save() -> None:
-            write_table(output, columns, _judged(rows))
+            write_table(output, columns, earlier + _judged(rows))
 
         run = judge_rows(
             rows, endpoint, todo, concurrency or settings["elo_concurrency"], save, prompt
@@ -336,8 +348,9 @@ def register(cli: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
     @home_option
     @friendly
-    def ablation(judged_file, output, consistent_out, judge_model, models_file, concurrency,
-                 as_json, home) -> None:  # fmt: skip
+    def ablation(
+        judged_file, output, consistent_out, judge_model, models_file, concurrency, as_json, home
+    ) -> None:
         """Re-judge with answers A and B swapped; report agreement and position bias."""
         from .backends import resolve
         from .files import read_table, write_table
@@ -353,13 +366,15 @@ def register(cli: click.Group) -> None:
         columns = _columns(swapped)
         by_judge: dict[str, list[int]] = {}
         for i, r in enumerate(original):
-            by_judge.setdefault(judge_model or r.get("judge") or settings["elo_judge_model"],
-                                []).append(i)  # fmt: skip
+            by_judge.setdefault(
+                judge_model or r.get("judge") or settings["elo_judge_model"], []
+            ).append(i)
         failures = 0
         for name, indexes in by_judge.items():
             endpoint = resolve(name, settings, models_file)
-            todo = _resume(swapped, output, endpoint.name) if output else list(range(len(swapped)))
-            todo = [i for i in todo if i in set(indexes)]
+            _, todo = _resume(swapped, output, endpoint.name)
+            wanted = set(indexes)
+            todo = [i for i in todo if i in wanted]
             run = judge_rows(
                 swapped,
                 endpoint,
@@ -369,8 +384,11 @@ def register(cli: click.Group) -> None:
                 swapped=True,
             )
             failures += len(run.failures)
-        pairs = [(o, s) for o, s in zip(original, swapped, strict=True) if s.get("winner") or
-                 s.get("gpt_4_response")]  # fmt: skip
+        pairs = [
+            (o, s)
+            for o, s in zip(original, swapped, strict=True)
+            if s.get("winner") or s.get("gpt_4_response")
+        ]
         report = consistency([o for o, _ in pairs], [s for _, s in pairs])
         if consistent_out:
             keep = [
@@ -383,8 +401,11 @@ def register(cli: click.Group) -> None:
             click.echo(f"{'judge':<24} {'battles':>8} {'agree':>7} {'1st pos. wins':>14}")
             for name, st in report.items():
                 agree = "-" if st["agreement"] is None else f"{st['agreement']:.1%}"
-                first = "-" if st["first_position_wins"] is None else (
-                    f"{st['first_position_wins']:.1%}")  # fmt: skip
+                first = (
+                    "-"
+                    if st["first_position_wins"] is None
+                    else (f"{st['first_position_wins']:.1%}")
+                )
                 click.echo(f"{name:<24} {st['battles']:>8} {agree:>7} {first:>14}")
         if failures:
             raise LmdError(
@@ -417,12 +438,14 @@ def register(cli: click.Group) -> None:
         check_arrangement(table)
         rows = _full_rows(table, read_qa(qa_file) if qa_file else None)
         person = name or getpass.getuser()
-        todo = _resume(rows, output, None)
+        earlier, todo = _resume(rows, output, None)
         columns = _columns(rows)
         if not todo:
             click.echo("Every battle is labelled already.")
             return
-        result = run(rows, todo, person, lambda: write_table(output, columns, _judged(rows)))
+        result = run(
+            rows, todo, person, lambda: write_table(output, columns, earlier + _judged(rows))
+        )
         click.echo(
             f"Labelled {result.labelled}, skipped {result.skipped}; "
             f"{len(todo) - result.labelled} left for next time."
@@ -440,8 +463,22 @@ def register(cli: click.Group) -> None:
         help="Write to a file instead of stdout.",
     )
     @friendly
-    def leaderboard(battles_file, method, bootstrap, seed, k, scale, base, initial, anchor,
-                    skip_invalid, home, fmt, as_json, output) -> None:  # fmt: skip
+    def leaderboard(
+        battles_file,
+        method,
+        bootstrap,
+        seed,
+        k,
+        scale,
+        base,
+        initial,
+        anchor,
+        skip_invalid,
+        home,
+        fmt,
+        as_json,
+        output,
+    ) -> None:
         """Ratings of a battles file (model_a, model_b, winner) by Bradley–Terry or online Elo."""
         from .files import read_battles, write_text
         from .leaderboard import compute, render
@@ -476,21 +513,37 @@ def register(cli: click.Group) -> None:
     )
     @click.option("--title", default="Elo leaderboard", help="Page title.")
     @friendly
-    def report(battles_file, method, bootstrap, seed, k, scale, base, initial, anchor,
-               skip_invalid, home, output, qa_file, title) -> None:  # fmt: skip
+    def report(
+        battles_file,
+        method,
+        bootstrap,
+        seed,
+        k,
+        scale,
+        base,
+        initial,
+        anchor,
+        skip_invalid,
+        home,
+        output,
+        qa_file,
+        title,
+    ) -> None:
         """A self-contained HTML page: table, CI whiskers, heatmaps, scatter, history."""
         from .files import read_battles, read_qa, write_text
         from .leaderboard import compute
         from .report import render_page
 
-        opts = _options(load_settings(home), method, bootstrap, seed, k, scale, base, initial,
-                        anchor)  # fmt: skip
+        opts = _options(
+            load_settings(home), method, bootstrap, seed, k, scale, base, initial, anchor
+        )
         judged = read_battles(battles_file, skip_invalid)
         _note_skipped(judged)
         board, battles, ratings = compute(judged.rows, opts)
         qa = read_qa(qa_file) if qa_file else None
-        page = render_page(board, battles, ratings, judged.rows, opts.params, title,
-                           str(battles_file), qa)  # fmt: skip
+        page = render_page(
+            board, battles, ratings, judged.rows, opts.params, title, str(battles_file), qa
+        )
         write_text(output, page)
         click.echo(f"Wrote {output} ({len(judged.rows)} battles).", err=True)
 

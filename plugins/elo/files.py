@@ -60,9 +60,10 @@ class Table:
         missing = [n for n in names if n not in self.columns]
         if missing:
             have = ", ".join(self.columns) or "none"
+            plural = len(missing) > 1
             raise EloFileError(
-                f"{self.path} lacks the column{'s' if len(missing) > 1 else ''} "
-                f"{', '.join(missing)} (it has: {have}); add {'them' if len(missing) > 1 else 'it'}."
+                f"{self.path} lacks the column{'s' if plural else ''} {', '.join(missing)} "
+                f"(it has: {have}); add {'them' if plural else 'it'}."
             )
 
 

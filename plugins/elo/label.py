@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import click
 
-
 KEYS = {"a": "model_a", "b": "model_b", "t": "tie", "x": "tie (bothbad)"}
 HELP = "[a] A is better  [b] B is better  [t] tie  [x] both bad  [s] skip  [q] quit"
 

@@ -15,8 +15,18 @@ from .leaderboard import ordered, rows_of
 from .ratings import Battles, EloParams, matrices, online_elo_history
 
 TEMPLATE = Path(__file__).with_name("report.html")
-PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
-           "#7f7f7f", "#bcbd22", "#17becf"]  # fmt: skip
+PALETTE = [
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#ff7f0e",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+]
 
 
 def esc(text: Any) -> str:
@@ -267,7 +277,7 @@ def exploration(rows: list[dict], qa: Any = None) -> dict[str, dict[str, int]]:
     else:
         answers = {m: len(qs) for m, qs in answered.items()}
         models_per_q: Counter[str] = Counter()
-        for m, qs in answered.items():
+        for _m, qs in answered.items():
             for q in qs:
                 models_per_q[q] += 1
         per_question = Counter(models_per_q.values())
@@ -315,17 +325,20 @@ def render_page(
     sections = [
         ("Leaderboard", table),
         (f"Ratings ({method}{boot})", ratings_plot(board)),
-        ("Win rate of the row model against the column model (ties count half)",
-         heatmap(models, rate, "rate")),
+        (
+            "Win rate of the row model against the column model (ties count half)",
+            heatmap(models, rate, "rate"),
+        ),
         ("Battles between each pair", heatmap(models, games_list, "count")),
         ("Predicted against observed win rates", scatter(points)),
-        ("Online Elo ratings over the battles (top 10)",
-         lines_plot(marks, series, battles.models)),
+        ("Online Elo ratings over the battles (top 10)", lines_plot(marks, series, battles.models)),
         ("Answers per model", bars(explore["answers"], "answers")),
         ("Battles per model", bars(explore["battles"], "battles")),
-        ("Questions by number of models that answered", bars(explore["models_per_question"],
-                                                              "questions")),
-    ]  # fmt: skip
+        (
+            "Questions by number of models that answered",
+            bars(explore["models_per_question"], "questions"),
+        ),
+    ]
     content = "\n".join(
         f'<section><h2>{esc(h)}</h2><div class="figure">{body}</div></section>'
         for h, body in sections

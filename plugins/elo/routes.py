@@ -108,8 +108,9 @@ async def add_battles(request: Any) -> Any:
     rows = []
     for n, item in enumerate(items, 1):
         if not isinstance(item, dict):
-            raise LmdError(f"Battle {n} is not an object; send objects with model_a, model_b, "
-                           "winner.")  # fmt: skip
+            raise LmdError(
+                f"Battle {n} is not an object; send objects with model_a, model_b, winner."
+            )
         rows.append({c: "" if item.get(c) is None else str(item.get(c)) for c in FULL_COLUMNS})
     missing = [c for c in ("model_a", "model_b", "winner") if not any(c in i for i in items)]
     columns = [c for c in FULL_COLUMNS if c not in missing]
