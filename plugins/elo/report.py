@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -105,7 +106,7 @@ def heatmap(models: list[str], values: Any, kind: str) -> str:
     n = len(models)
     cell = max(14, min(34, 560 // max(n, 1)))
     left, top = 170, 150
-    size_w, size_h = left + cell * n + 10, top + cell * n + 10
+    size_w, size_h = left + cell * n + 110, top + cell * n + 10
     finite = [v for row in values for v in row if v == v]
     vmax = max(finite) if finite else 1.0
     parts = [f'<svg viewBox="0 0 {size_w} {size_h}" role="img" class="plot heat">']
@@ -133,9 +134,12 @@ def heatmap(models: list[str], values: Any, kind: str) -> str:
             )
             if v == v and cell >= 24 and n <= 25:
                 text = f"{v * 100:.0f}" if kind == "rate" else f"{int(v)}"
+                dark = (kind == "rate" and abs(v - 0.5) > 0.35) or (
+                    kind != "rate" and vmax and v / vmax > 0.55
+                )
                 parts.append(
                     f'<text x="{left + j * cell + cell / 2}" y="{top + i * cell + cell / 2 + 4}" '
-                    f'text-anchor="middle" class="cell">{text}</text>'
+                    f'text-anchor="middle" class="cell{" light" if dark else ""}">{text}</text>'
                 )
     parts.append("</svg>")
     return "".join(parts)
@@ -240,7 +244,10 @@ def lines_plot(marks: list[int], series: Any, models: list[str], top_n: int = 10
 def bars(counts: dict[str, int], label: str) -> str:
     """Horizontal bars, largest first."""
     if not counts:
-        return "<p>No data.</p>"
+        return (
+            "<p>The battles carry no questions, so this cannot be counted; "
+            "give the Q&amp;A file with <code>--qa</code> or battles with a question column.</p>"
+        )
     items = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     left, w, row = 170, 420, 18
     biggest = max(v for _, v in items) or 1
@@ -342,6 +349,12 @@ def render_page(
     content = "\n".join(
         f'<section><h2>{esc(h)}</h2><div class="figure">{body}</div></section>'
         for h, body in sections
+    )
+    # Natural size (shrunk on narrow screens, never blown up): width/height = the viewBox.
+    content = re.sub(
+        r'<svg viewBox="0 0 ([\d.]+) ([\d.]+)"',
+        r'<svg viewBox="0 0 \1 \2" width="\1" height="\2"',
+        content,
     )
     summary = (
         f"{total} battles between {len(models)} models; method {method}{boot}"
