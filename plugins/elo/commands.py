@@ -47,6 +47,29 @@ def load_settings(home: Path | None) -> Any:
     return settings
 
 
+def load_elo_settings(home: Path | None) -> Any:
+    """Only the elo_* settings, read straight from the table (sqlite3, no migrations):
+    the rating commands then start in a fraction of the time."""
+    import sqlite3
+
+    from daemon.core import default_home
+    from daemon.settings import Settings
+
+    from . import SETTINGS
+
+    path = (home or default_home()) / "lmd.db"
+    stored: dict[str, str] = {}
+    if path.exists():
+        try:
+            with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as db:
+                stored = dict(
+                    db.execute("SELECT name, value FROM settings WHERE substr(name, 1, 4) = 'elo_'")
+                )
+        except sqlite3.Error:
+            stored = {}  # no settings table yet: the defaults apply
+    return Settings({s.name: s for s in SETTINGS}, stored)
+
+
 def _battle_options(f):
     """Options shared by leaderboard and report."""
     opts = [
@@ -484,7 +507,7 @@ def register(cli: click.Group) -> None:
         from .leaderboard import compute, render
 
         opts = _options(
-            load_settings(home), method, bootstrap or 0, seed, k, scale, base, initial, anchor
+            load_elo_settings(home), method, bootstrap or 0, seed, k, scale, base, initial, anchor
         )
         judged = read_battles(battles_file, skip_invalid)
         _note_skipped(judged)
@@ -535,7 +558,7 @@ def register(cli: click.Group) -> None:
         from .report import render_page
 
         opts = _options(
-            load_settings(home), method, bootstrap, seed, k, scale, base, initial, anchor
+            load_elo_settings(home), method, bootstrap, seed, k, scale, base, initial, anchor
         )
         judged = read_battles(battles_file, skip_invalid)
         _note_skipped(judged)

@@ -327,12 +327,17 @@ def check_battles(table: Table, skip_invalid: bool = False) -> Judged:
     table.require(*PAIR_COLUMNS)
     out = Judged([])
     bad_lines, bad_labels, selfish = [], [], []
+    has_validity = "is_valid" in table.columns
+    labels: dict[str, str | None] = {}  # a file holds a handful of distinct labels
     for line, row in zip(table.lines, table.rows, strict=True):
-        if not is_valid(row):
+        if has_validity and not is_valid(row):
             out.skipped_invalid += 1
             continue
         a, b = row["model_a"].strip(), row["model_b"].strip()
-        winner = normalise_winner(row["winner"])
+        label = row["winner"]
+        if label not in labels:
+            labels[label] = normalise_winner(label)
+        winner = labels[label]
         if winner is None or not a or not b:
             bad_lines.append(line)
             bad_labels.append(row["winner"])
@@ -340,7 +345,8 @@ def check_battles(table: Table, skip_invalid: bool = False) -> Judged:
         if a == b:
             selfish.append(line)
             continue
-        out.rows.append({**row, "model_a": a, "model_b": b, "winner": winner})
+        row["model_a"], row["model_b"], row["winner"] = a, b, winner
+        out.rows.append(row)
     if selfish and not skip_invalid:
         raise EloFileError(
             f"{table.path} has a model battling itself at line {_lines_list(selfish)}; "
