@@ -437,7 +437,7 @@ def test_leaderboard_formats_and_bootstrap(tmp_path, home):
     assert table.splitlines()[1].split() == ["Rank", "Model", "Rating", "Battles", "Win", "rate"]
     assert table.splitlines()[3].split()[:2] == ["1", "x"]
     md = ok(lmd(home, "elo", "leaderboard", str(f), "--format", "markdown", "--bootstrap", "50"))
-    assert md.splitlines()[0].startswith("| Rank | Model | Rating | 95% CI |")
+    assert md.splitlines()[0].startswith("| Rank | Model | Rating | Median | 95% CI |")
     csv_out = ok(lmd(home, "elo", "leaderboard", str(f), "--format", "csv"))
     assert csv_out.splitlines()[0] == "rank,model,rating,battles,win_rate"
     anchored = json.loads(

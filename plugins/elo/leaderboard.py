@@ -125,12 +125,13 @@ def render(board: dict[str, Any], fmt: str) -> str:
         w.writeheader()
         w.writerows(rows)
         return text.getvalue().rstrip("\n")
-    head = ["Rank", "Model", "Rating", "95% CI", "Battles", "Win rate"]
+    head = ["Rank", "Model", "Rating", "Median", "95% CI", "Battles", "Win rate"]
     body = [
         [
             str(r["rank"]),
             r["model"],
             f"{r['rating']:.1f}",
+            f"{r['median']:.1f}" if has_ci else "",
             f"{r['ci_low']:.1f} – {r['ci_high']:.1f}" if has_ci else "",
             str(r["battles"]),
             f"{r['win_rate']:.1%}",
@@ -138,15 +139,15 @@ def render(board: dict[str, Any], fmt: str) -> str:
         for r in rows
     ]
     if not has_ci:
-        head.pop(3)
+        del head[3:5]
         for b in body:
-            b.pop(3)
+            del b[3:5]
     if fmt == "markdown":
         lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
         lines += ["| " + " | ".join(b) + " |" for b in body]
         return "\n".join(lines)
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-    right = {0, 2, 3, 4, 5} if has_ci else {0, 2, 3, 4}
+    right = {0, 2, 3, 4, 5, 6} if has_ci else {0, 2, 3, 4}
 
     def line(cells: list[str]) -> str:
         return "  ".join(
