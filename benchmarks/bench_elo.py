@@ -143,28 +143,51 @@ def main() -> None:
         battles = synthetic(25938, 20)
         names = battles.models
         labels = {1.0: "model_a", 0.0: "model_b", 0.5: "tie"}
-        rows = [(names[a], names[b], labels[s]) for a, b, s in
-                zip(battles.a.tolist(), battles.b.tolist(), battles.s.tolist(), strict=True)]  # fmt: skip
+        rows = [
+            (names[a], names[b], labels[s])
+            for a, b, s in zip(
+                battles.a.tolist(), battles.b.tolist(), battles.s.tolist(), strict=True
+            )
+        ]
         source = "synthetic (../shared is absent)"
     print(f"battles: {len(battles)} between {len(battles.models)} models, from {source}")
     print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores\n")
 
-    show("online Elo, one pass", best_of(lambda: online_elo(battles)), 0.030,
-         best_of(lambda: entity_loop(rows), 3))  # fmt: skip
-    show("Bradley–Terry fit (cells)", best_of(lambda: bradley_terry(battles)), 0.020,
-         best_of(lambda: bt_per_battle(battles), 3))  # fmt: skip
+    show(
+        "online Elo, one pass",
+        best_of(lambda: online_elo(battles)),
+        0.030,
+        best_of(lambda: entity_loop(rows), 3),
+    )
+    show(
+        "Bradley–Terry fit (cells)",
+        best_of(lambda: bradley_terry(battles)),
+        0.020,
+        best_of(lambda: bt_per_battle(battles), 3),
+    )
     base = best_of(lambda: naive_bt_bootstrap(battles, 20), 1) * r / 20
-    show(f"Bradley–Terry bootstrap, {r} rounds", best_of(lambda: bt_bootstrap(battles, r, seed=1), 3),
-         0.300, base)  # fmt: skip
+    show(
+        f"Bradley–Terry bootstrap, {r} rounds",
+        best_of(lambda: bt_bootstrap(battles, r, seed=1), 3),
+        0.300,
+        base,
+    )
     base = best_of(lambda: naive_online_bootstrap(battles, 5), 1) * r / 5
-    show(f"online Elo bootstrap, {r} rounds",
-         best_of(lambda: online_elo_bootstrap(battles, r, seed=1), 2), 0.400, base)  # fmt: skip
+    show(
+        f"online Elo bootstrap, {r} rounds",
+        best_of(lambda: online_elo_bootstrap(battles, r, seed=1), 2),
+        0.400,
+        base,
+    )
 
     if ARENA.exists():
         arena = str(ARENA)
-        show("`lmd elo leaderboard` (BT, 1000 rounds)",
-             cli_seconds(["elo", "leaderboard", arena, "--bootstrap", "1000"]), 1.0,
-             cli_seconds(["--version"]))  # fmt: skip
+        show(
+            "`lmd elo leaderboard` (BT, 1000 rounds)",
+            cli_seconds(["elo", "leaderboard", arena, "--bootstrap", "1000"]),
+            1.0,
+            cli_seconds(["--version"]),
+        )
         print("  (baseline: `lmd --version`, the bare start of the CLI)")
 
     if not args.quick:

@@ -680,6 +680,7 @@ def test_settings_sql_agrees_with_the_code():
     import re
 
     from conftest import ROOT
+
     from plugins.elo import SETTINGS
 
     sql = (ROOT / "settings.sql").read_text()
