@@ -691,3 +691,44 @@ def test_settings_sql_agrees_with_the_code():
     for s in SETTINGS:
         assert s.parse(found[s.name]) == s.default, s.name
         assert f"`{s.name}`" in readme, f"{s.name} is not documented in README.md"
+
+
+def test_arrange_shuffle_and_order_from(tmp_path, home):
+    models = ["a", "b", "c", "d"]
+    qa = write_csv(tmp_path / "qa.csv", ["question", *models],
+                   [["q1", "1", "2", "3", "4"], ["q2", "1", "", "3", "4"]])  # fmt: skip
+    ok(lmd(home, "elo", "arrange", str(qa), "-o", str(tmp_path / "plain.csv")))
+    plain = [tuple(r.values()) for r in read_csv(tmp_path / "plain.csv")]
+    assert plain == [("q1", a, b) for a, b in combinations(models, 2)] + [
+        ("q2", "a", "c"), ("q2", "a", "d"), ("q2", "c", "d")
+    ]  # fmt: skip
+    args = ("elo", "arrange", str(qa), "--shuffle", "--seed", "5", "-o")
+    ok(lmd(home, *args, str(tmp_path / "s1.csv")))
+    ok(lmd(home, *args, str(tmp_path / "s2.csv")))
+    s1 = [tuple(r.values()) for r in read_csv(tmp_path / "s1.csv")]
+    assert s1 == [tuple(r.values()) for r in read_csv(tmp_path / "s2.csv")]
+    assert s1 != plain and sorted(s1) == sorted(plain)
+    # someone else's order (and orientation) is reproduced; their unknown battle is reported
+    theirs = write_csv(tmp_path / "theirs.csv", ["question", "model_a", "model_b"],
+                       [["q2", "d", "c"], ["q1", "b", "a"], ["q9", "x", "y"]])  # fmt: skip
+    result = lmd(home, "elo", "arrange", str(qa), "--order-from", str(theirs), "-o",
+                 str(tmp_path / "o.csv"))  # fmt: skip
+    assert result.exit_code == 0 and "1 battles of" in result.stderr and "line 4" in result.stderr
+    got = [tuple(r.values()) for r in read_csv(tmp_path / "o.csv")]
+    assert got[:2] == [("q2", "d", "c"), ("q1", "b", "a")] and len(got) == 9
+    assert got[2:] == [p for p in plain if p not in (("q2", "c", "d"), ("q1", "a", "b"))]
+
+
+def test_answers_run_concurrently_and_accept_json_qa(tmp_path, home, backend):
+    backend.handler = arena_handler()
+    backend.latency = 0.3
+    models_file(home / "elo_models.yaml", backend, MODELS)
+    qs = {f"question {i}?": [] for i in range(8)}
+    (tmp_path / "q.json").write_text(json.dumps(qs))
+    ok(lmd(home, "elo", "answer", str(tmp_path / "q.json"), "-m", "alpha-7b", "-j", "8", "-o",
+           str(tmp_path / "qa.json")))  # fmt: skip
+    assert backend.max_active >= 4  # not one after another
+    data = json.loads((tmp_path / "qa.json").read_text())
+    assert data["question 3?"] == [
+        {"model": "alpha-7b", "answer": "alpha-7b-id answers: question 3?"}
+    ]
