@@ -512,8 +512,18 @@ def test_routes_store_and_show_battles(client):
     [
         ({"battles": []}, "Send {"),
         ([1], "Battle 1 is not an object"),
-        ({"battles": [{"model_a": "x", "model_b": "y", "winner": "maybe"}]}, "unknown winner"),
-        ({"battles": [{"model_a": "x", "model_b": "x", "winner": "tie"}]}, "battling itself"),
+        (
+            {"battles": [{"model_a": "x", "model_b": "y", "winner": "maybe"}]},
+            "The request has 1 row with an unknown winner (first 'maybe' at battle 1); use "
+            "model_a, model_b, tie or tie (bothbad).",
+        ),
+        (
+            {
+                "battles": [{"model_a": "x", "model_b": "y", "winner": "tie"}] * 2
+                + [{"model_a": "x", "model_b": "x", "winner": "tie"}]
+            },
+            "The request has a model battling itself at battle 3; fix it.",
+        ),
         ({"battles": [{"model_a": "x", "winner": "tie"}]}, "lacks the column model_b"),
     ],
 )

@@ -55,6 +55,7 @@ class Table:
     columns: list[str]
     rows: list[dict[str, str]]
     lines: list[int] = field(default_factory=list)
+    unit: str = "line"  # what `lines` count: file lines, or "battle" for a request body
 
     def require(self, *names: str) -> None:
         missing = [n for n in names if n not in self.columns]
@@ -289,7 +290,7 @@ def _check_pairs(table: Table) -> None:
     ]
     if selfish:
         raise EloFileError(
-            f"{table.path} has a model battling itself at line {_lines_list(selfish)}; "
+            f"{table.path} has a model battling itself at {table.unit} {_lines_list(selfish)}; "
             "a battle needs two different models."
         )
     empty = [
@@ -299,8 +300,13 @@ def _check_pairs(table: Table) -> None:
     ]
     if empty:
         raise EloFileError(
-            f"{table.path} has an empty model name at line {_lines_list(empty)}; fill it in."
+            f"{table.path} has an empty model name at {table.unit} {_lines_list(empty)}; "
+            "fill it in."
         )
+
+
+def _skip_hint(table: Table) -> str:
+    return ", or pass --skip-invalid to leave them out" if table.unit == "line" else ""
 
 
 def is_valid(row: dict) -> bool:
@@ -349,15 +355,15 @@ def check_battles(table: Table, skip_invalid: bool = False) -> Judged:
         out.rows.append(row)
     if selfish and not skip_invalid:
         raise EloFileError(
-            f"{table.path} has a model battling itself at line {_lines_list(selfish)}; "
-            "fix those rows, or pass --skip-invalid to leave them out."
+            f"{table.path} has a model battling itself at {table.unit} {_lines_list(selfish)}; "
+            f"fix {'those rows' if table.unit == 'line' else 'it'}{_skip_hint(table)}."
         )
     if bad_lines and not skip_invalid:
         example = bad_labels[0] or "(empty)"
         raise EloFileError(
             f"{table.path} has {len(bad_lines)} row{'s' if len(bad_lines) > 1 else ''} with an "
-            f"unknown winner (first {example!r} at line {_lines_list(bad_lines)}); use model_a, "
-            "model_b, tie or tie (bothbad), or pass --skip-invalid to leave them out."
+            f"unknown winner (first {example!r} at {table.unit} {_lines_list(bad_lines)}); use "
+            f"model_a, model_b, tie or tie (bothbad){_skip_hint(table)}."
         )
     out.skipped_bad = sorted(bad_lines + selfish)
     if not out.rows:

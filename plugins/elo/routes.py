@@ -114,7 +114,7 @@ async def add_battles(request: Any) -> Any:
         rows.append({c: "" if item.get(c) is None else str(item.get(c)) for c in FULL_COLUMNS})
     missing = [c for c in ("model_a", "model_b", "winner") if not any(c in i for i in items)]
     columns = [c for c in FULL_COLUMNS if c not in missing]
-    table = Table("The request", columns, rows, list(range(1, len(rows) + 1)))
+    table = Table("The request", columns, rows, list(range(1, len(rows) + 1)), unit="battle")
     valid = await asyncio.to_thread(validate, table)
     stored = await asyncio.to_thread(add, daemon.store, valid)
     return JSONResponse({"added": stored, "skipped_invalid": len(rows) - stored})
