@@ -742,3 +742,25 @@ def test_answers_run_concurrently_and_accept_json_qa(tmp_path, home, backend):
     assert data["question 3?"] == [
         {"model": "alpha-7b", "answer": "alpha-7b-id answers: question 3?"}
     ]
+
+
+def test_matrices_as_csv(tmp_path, home):
+    f = write_csv(tmp_path / "b.csv", ["model_a", "model_b", "winner"],
+                  [["x", "y", "model_a"], ["y", "x", "tie"], ["x", "z", "model_b"]])  # fmt: skip
+    rate = ok(lmd(home, "elo", "matrix", str(f))).splitlines()
+    order = rate[0].split(",")[1:]
+    assert sorted(order) == ["x", "y", "z"]
+    rows = {
+        line.split(",")[0]: dict(zip(order, line.split(",")[1:], strict=True)) for line in rate[1:]
+    }
+    assert rows["x"]["y"] == "0.7500" and rows["y"]["x"] == "0.2500" and rows["y"]["z"] == ""
+    counts = ok(lmd(home, "elo", "matrix", str(f), "--kind", "battles")).splitlines()
+    assert counts[1:] == [
+        ",".join(
+            [m] + [str({("x", "y"): 2, ("x", "z"): 1}.get(tuple(sorted((m, o))), 0)) for o in order]
+        )
+        for m in order
+    ]
+    predicted = ok(lmd(home, "elo", "matrix", str(f), "--kind", "predicted", "--method", "online"))
+    cells = [line.split(",")[1:] for line in predicted.splitlines()[1:]]
+    assert float(cells[0][1]) + float(cells[1][0]) == pytest.approx(1, abs=1e-3)

@@ -570,6 +570,69 @@ def register(cli: click.Group) -> None:
         write_text(output, page)
         click.echo(f"Wrote {output} ({len(judged.rows)} battles).", err=True)
 
+    @elo.command()
+    @click.argument("battles_file", type=click.Path(dir_okay=False, path_type=Path))
+    @click.option(
+        "--kind",
+        type=click.Choice(["win-rate", "battles", "predicted"]),
+        default="win-rate",
+        help="Observed win rate (ties half), battle counts, or win rate the ratings predict.",
+    )
+    @_battle_options
+    @click.option(
+        "-o",
+        "--output",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Write to a file instead of stdout.",
+    )
+    @friendly
+    def matrix(
+        battles_file,
+        kind,
+        method,
+        bootstrap,
+        seed,
+        k,
+        scale,
+        base,
+        initial,
+        anchor,
+        skip_invalid,
+        home,
+        output,
+    ) -> None:
+        """A models × models matrix as CSV: row model against column model, best first."""
+        import csv
+        import io
+
+        from .files import read_battles, write_text
+        from .leaderboard import compute, ordered
+        from .ratings import matrices
+
+        opts = _options(load_elo_settings(home), method, 0, seed, k, scale, base, initial, anchor)
+        judged = read_battles(battles_file, skip_invalid)
+        _note_skipped(judged)
+        board, battles, ratings = compute(judged.rows, opts)
+        mats = matrices(battles, ratings, opts.params)
+        values = mats[
+            {"win-rate": "win_rate", "battles": "battles", "predicted": "predicted"}[kind]
+        ]
+        models = ordered(board)
+        order = [battles.models.index(m) for m in models]
+        text = io.StringIO()
+        w = csv.writer(text, lineterminator="\n")
+        w.writerow(["model", *models])
+        for i, m in zip(order, models, strict=True):
+            cells = []
+            for j in order:
+                v = values[i, j]
+                cells.append("" if v != v else (f"{int(v)}" if kind == "battles" else f"{v:.4f}"))
+            w.writerow([m, *cells])
+        if output:
+            write_text(output, text.getvalue())
+        else:
+            click.echo(text.getvalue().rstrip("\n"))
+
     @elo.command("import")
     @click.argument("battles_file", type=click.Path(dir_okay=False, path_type=Path))
     @click.option("--skip-invalid", is_flag=True, help="Leave out rows with unknown winners.")
