@@ -200,7 +200,8 @@ def online_elo_bootstrap(
 
     n = len(battles)
     rng = np.random.default_rng(seed)
-    chunk = max(1, min(n, 4_000_000 // max(rounds, 1)))
+    # Small chunks keep the index arrays in cache (fresh big arrays cost page faults).
+    chunk = max(1, min(n, 1_000_000 // max(rounds, 1)))
     state = None
     for start in range(0, n, chunk):
         size = min(n, start + chunk) - start
@@ -231,21 +232,26 @@ def online_elo_rounds(
     both = np.stack([battles.a, battles.b]).astype(np.int32)  # (2, n)
     two_s_minus_1 = (2.0 * battles.s - 1.0).astype(f32)
     offsets = np.arange(rounds, dtype=np.int32) * m
-    step_sign = np.array([[1.0], [-1.0]], dtype=f32) * f32(p.k * c / 2.0)
+    half_k = f32(p.k * c / 2.0)
     th = np.empty(rounds, dtype=f32)
-    update = np.empty((2, rounds), dtype=f32)
-    pair = both[:, orders]  # (2, steps, R): flat index of A's and B's rating in each round
+    # pair[t] holds the flat index of A's rating in every round, then B's: one take and
+    # one put per step, with A's and B's values as two views of the same array
+    pair = np.empty((steps, 2, rounds), dtype=np.int32)
+    np.take(both[0], orders, out=pair[:, 0, :])
+    np.take(both[1], orders, out=pair[:, 1, :])
     pair += offsets
-    pair = np.ascontiguousarray(pair.transpose(1, 0, 2))
+    pair = pair.reshape(steps, 2 * rounds)
     score = two_s_minus_1[orders]
     for t in range(steps):
         idx = pair[t]
         r = ratings.take(idx)
-        np.subtract(r[0], r[1], out=th)
+        ra, rb = r[:rounds], r[rounds:]
+        np.subtract(ra, rb, out=th)
         np.tanh(th, out=th)
         np.subtract(score[t], th, out=th)
-        np.multiply(step_sign, th, out=update)
-        r += update
+        th *= half_k
+        ra += th
+        rb -= th
         ratings[idx] = r
     return ratings
 
