@@ -201,7 +201,7 @@ def online_elo_bootstrap(
     n = len(battles)
     rng = np.random.default_rng(seed)
     # Small chunks keep the index arrays in cache (fresh big arrays cost page faults).
-    chunk = max(1, min(n, 1_000_000 // max(rounds, 1)))
+    chunk = max(1, min(n, 250_000 // max(rounds, 1)))
     state = None
     for start in range(0, n, chunk):
         size = min(n, start + chunk) - start
