@@ -109,6 +109,13 @@ def test_set_up_a_dataset_flow(arena, home, backend):
     ranking = sorted(board["ratings"], key=board["ratings"].get, reverse=True)
     assert ranking == ["gamma-70b", "beta-13b", "alpha-7b"]
     assert sum(board["ratings"].values()) == pytest.approx(3000, abs=1e-6)
+    # the report, with the spec's data-exploration plots from the Q&A file
+    ok(lmd(home, "elo", "report", str(d / "judged.csv"), "--qa", str(d / "qa.csv"), "-o",
+           str(d / "report.html")))  # fmt: skip
+    page = (d / "report.html").read_text()
+    assert page.count("<svg") == 8
+    assert "<title>3 models: 3 questions</title>" in page  # every question answered by all 3
+    assert "<title>gamma-70b: 3 answers</title>" in page
 
 
 def test_add_a_model_flow(arena, home, backend):
