@@ -376,13 +376,18 @@ def register(cli: click.Group) -> None:
     ) -> None:
         """Re-judge with answers A and B swapped; report agreement and position bias."""
         from .backends import resolve
-        from .files import read_table, write_table
+        from .files import is_valid, read_table, write_table
         from .judge import consistency, judge_rows
+        from .ratings import normalise_winner
 
         settings = load_settings(home)
         table = read_table(judged_file)
         table.require("model_a", "model_b", "winner", "question", "answer_a", "answer_b")
-        original = [r for r in table.rows if r.get("is_valid", "true").strip() == "true"]
+        original = []
+        for r in table.rows:  # valid verdicts only, with canonical winner labels
+            winner = normalise_winner(r["winner"])
+            if is_valid(r) and winner:
+                original.append({**r, "winner": winner, "is_valid": "true"})
         if not original:
             raise LmdError(f"{judged_file} has no valid verdicts to re-judge.")
         swapped = [{**r, "judge": "", "gpt_4_response": "", "winner": ""} for r in original]
