@@ -771,3 +771,45 @@ def test_matrices_as_csv(tmp_path, home):
     predicted = ok(lmd(home, "elo", "matrix", str(f), "--kind", "predicted", "--method", "online"))
     cells = [line.split(",")[1:] for line in predicted.splitlines()[1:]]
     assert float(cells[0][1]) + float(cells[1][0]) == pytest.approx(1, abs=1e-3)
+
+
+def test_custom_prompt_and_its_bad_forms(arena, home, backend):
+    d = arena
+    write_csv(d / "qa.csv", ["question", *MODELS],
+              [[q, *(answer_text(m, q) for m in MODELS)] for q in QUESTIONS[:1]])  # fmt: skip
+    ok(lmd(home, "elo", "arrange", str(d / "qa.csv"), "-o", str(d / "b.csv")))
+    prompt = d / "prompt.txt"
+    prompt.write_text("Q: {question}\n1: {model1_answer}\n2: {model2_answer}\nScore of Model 1?")
+    backend.handler = lambda body: "Score of Model 1: 1\nScore of Model 2: 0"
+    ok(lmd(home, "elo", "judge", str(d / "b.csv"), "--qa", str(d / "qa.csv"), "--prompt-file",
+           str(prompt), "--judge-model", JUDGE, "-o", str(d / "j.csv")))  # fmt: skip
+    sent = sorted(b["messages"][0]["content"] for b in backend.chat_requests)
+    assert sent[0] == (
+        "Q: What is CUDA?\n1: alpha-7b answers: What is CUDA?\n"
+        "2: beta-13b answers: What is CUDA?\nScore of Model 1?"
+    )
+    assert {r["winner"] for r in read_csv(d / "j.csv")} == {"model_a"}
+    prompt.write_text("Judge {question} please")
+    fails(lmd(home, "elo", "judge", str(d / "b.csv"), "--qa", str(d / "qa.csv"), "--prompt-file",
+              str(prompt), "-o", str(d / "j2.csv")), "lacks {model1_answer}")  # fmt: skip
+    selfish = write_csv(d / "self.csv", ["question", "model_a", "model_b"],
+                        [[QUESTIONS[0], "alpha-7b", "alpha-7b"]])  # fmt: skip
+    fails(lmd(home, "elo", "judge", str(selfish), "--qa", str(d / "qa.csv"), "-o",
+              str(d / "j3.csv")), "model battling itself at line 2")  # fmt: skip
+    (home / "elo_models.yaml").write_text("judge-model: [not, a, mapping\n")
+    fails(lmd(home, "elo", "judge", str(d / "b.csv"), "--qa", str(d / "qa.csv"), "--judge-model",
+              JUDGE, "-o", str(d / "j4.csv")), "cannot be read")  # fmt: skip
+    assert not (d / "j2.csv").exists() and not (d / "j4.csv").exists()
+
+
+def test_ablation_of_a_plain_battles_file(arena, home, backend):
+    d = arena
+    f = write_csv(d / "b.csv", ["question", "model_a", "model_b", "winner", "answer_a", "answer_b"],
+                  [["q", "alpha-7b", "beta-13b", "model_b", "alpha-7b answers: q",
+                    "beta-13b answers: q"],
+                   ["q", "beta-13b", "gamma-70b", "tie(all bad)", "beta-13b answers: q",
+                    "gamma-70b answers: q"]])  # fmt: skip
+    out = ok(lmd(home, "elo", "ablation", str(f), "--judge-model", JUDGE, "--json"))
+    report = json.loads(out)
+    # the judge of the rows is unnamed: they are grouped under "?"
+    assert report["?"]["battles"] == 2 and report["?"]["agreement"] == pytest.approx(0.5)
