@@ -242,16 +242,25 @@ def online_elo_rounds(
     pair += offsets
     pair = pair.reshape(steps, 2 * rounds)
     score = two_s_minus_1[orders]
+    # numpy's per-call cost dominates at this size: bind everything to locals and pass
+    # `out` positionally to shave the attribute lookups and keyword parsing.
+    take, sub, add, mul, tanh = (
+        ratings.take,
+        np.subtract,
+        np.add,
+        np.multiply,
+        np.tanh,
+    )
     for t in range(steps):
         idx = pair[t]
-        r = ratings.take(idx)
+        r = take(idx)
         ra, rb = r[:rounds], r[rounds:]
-        np.subtract(ra, rb, out=th)
-        np.tanh(th, out=th)
-        np.subtract(score[t], th, out=th)
-        th *= half_k
-        ra += th
-        rb -= th
+        sub(ra, rb, th)
+        tanh(th, th)
+        sub(score[t], th, th)
+        mul(th, half_k, th)
+        add(ra, th, ra)
+        sub(rb, th, rb)
         ratings[idx] = r
     return ratings
 
