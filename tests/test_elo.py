@@ -512,6 +512,9 @@ def test_routes_store_and_show_battles(client):
     page = client.get("/elo?bootstrap=20")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert page.text.count("<svg") == 8
+    # a new battle shows at once (the cached leaderboard is dropped)
+    assert client.post("/elo/battles", json=[{"model_a": "z", "model_b": "x", "winner": "tie"}])
+    assert client.get("/elo/leaderboard?bootstrap=50&seed=1").json()["battles"]["z"] == 1
 
 
 @pytest.mark.parametrize(

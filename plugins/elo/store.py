@@ -52,3 +52,9 @@ def all_battles(store: Any) -> list[dict[str, str]]:
         "WHERE winner != '' AND lower(is_valid) NOT IN ('false', '0', 'no', 'f') ORDER BY id"
     )
     return [dict(zip(FULL_COLUMNS, row, strict=True)) for row in cursor.fetchall()]
+
+
+def fingerprint(store: Any) -> tuple[int, int]:
+    """(count, highest id) of the stored battles: changes whenever battles are added."""
+    count, top = store.db.execute(f"SELECT count(*), coalesce(max(id), 0) FROM {TABLE}").fetchone()
+    return count, top
