@@ -110,8 +110,18 @@ def test_set_up_a_dataset_flow(arena, home, backend):
     assert ranking == ["gamma-70b", "beta-13b", "alpha-7b"]
     assert sum(board["ratings"].values()) == pytest.approx(3000, abs=1e-6)
     # the report, with the spec's data-exploration plots from the Q&A file
-    ok(lmd(home, "elo", "report", str(d / "judged.csv"), "--qa", str(d / "qa.csv"), "-o",
-           str(d / "report.html")))  # fmt: skip
+    ok(
+        lmd(
+            home,
+            "elo",
+            "report",
+            str(d / "judged.csv"),
+            "--qa",
+            str(d / "qa.csv"),
+            "-o",
+            str(d / "report.html"),
+        )
+    )
     page = (d / "report.html").read_text()
     assert page.count("<svg") == 8
     assert "<title>3 models: 3 questions</title>" in page  # every question answered by all 3
@@ -715,13 +725,18 @@ def test_settings_sql_agrees_with_the_code():
 
 def test_arrange_shuffle_and_order_from(tmp_path, home):
     models = ["a", "b", "c", "d"]
-    qa = write_csv(tmp_path / "qa.csv", ["question", *models],
-                   [["q1", "1", "2", "3", "4"], ["q2", "1", "", "3", "4"]])  # fmt: skip
+    qa = write_csv(
+        tmp_path / "qa.csv",
+        ["question", *models],
+        [["q1", "1", "2", "3", "4"], ["q2", "1", "", "3", "4"]],
+    )
     ok(lmd(home, "elo", "arrange", str(qa), "-o", str(tmp_path / "plain.csv")))
     plain = [tuple(r.values()) for r in read_csv(tmp_path / "plain.csv")]
     assert plain == [("q1", a, b) for a, b in combinations(models, 2)] + [
-        ("q2", "a", "c"), ("q2", "a", "d"), ("q2", "c", "d")
-    ]  # fmt: skip
+        ("q2", "a", "c"),
+        ("q2", "a", "d"),
+        ("q2", "c", "d"),
+    ]
     args = ("elo", "arrange", str(qa), "--shuffle", "--seed", "5", "-o")
     ok(lmd(home, *args, str(tmp_path / "s1.csv")))
     ok(lmd(home, *args, str(tmp_path / "s2.csv")))
@@ -729,10 +744,14 @@ def test_arrange_shuffle_and_order_from(tmp_path, home):
     assert s1 == [tuple(r.values()) for r in read_csv(tmp_path / "s2.csv")]
     assert s1 != plain and sorted(s1) == sorted(plain)
     # someone else's order (and orientation) is reproduced; their unknown battle is reported
-    theirs = write_csv(tmp_path / "theirs.csv", ["question", "model_a", "model_b"],
-                       [["q2", "d", "c"], ["q1", "b", "a"], ["q9", "x", "y"]])  # fmt: skip
-    result = lmd(home, "elo", "arrange", str(qa), "--order-from", str(theirs), "-o",
-                 str(tmp_path / "o.csv"))  # fmt: skip
+    theirs = write_csv(
+        tmp_path / "theirs.csv",
+        ["question", "model_a", "model_b"],
+        [["q2", "d", "c"], ["q1", "b", "a"], ["q9", "x", "y"]],
+    )
+    result = lmd(
+        home, "elo", "arrange", str(qa), "--order-from", str(theirs), "-o", str(tmp_path / "o.csv")
+    )
     assert result.exit_code == 0 and "1 battles of" in result.stderr and "line 4" in result.stderr
     got = [tuple(r.values()) for r in read_csv(tmp_path / "o.csv")]
     assert got[:2] == [("q2", "d", "c"), ("q1", "b", "a")] and len(got) == 9
@@ -745,8 +764,20 @@ def test_answers_run_concurrently_and_accept_json_qa(tmp_path, home, backend):
     models_file(home / "elo_models.yaml", backend, MODELS)
     qs = {f"question {i}?": [] for i in range(8)}
     (tmp_path / "q.json").write_text(json.dumps(qs))
-    ok(lmd(home, "elo", "answer", str(tmp_path / "q.json"), "-m", "alpha-7b", "-j", "8", "-o",
-           str(tmp_path / "qa.json")))  # fmt: skip
+    ok(
+        lmd(
+            home,
+            "elo",
+            "answer",
+            str(tmp_path / "q.json"),
+            "-m",
+            "alpha-7b",
+            "-j",
+            "8",
+            "-o",
+            str(tmp_path / "qa.json"),
+        )
+    )
     assert backend.max_active >= 4  # not one after another
     data = json.loads((tmp_path / "qa.json").read_text())
     assert data["question 3?"] == [
@@ -755,8 +786,11 @@ def test_answers_run_concurrently_and_accept_json_qa(tmp_path, home, backend):
 
 
 def test_matrices_as_csv(tmp_path, home):
-    f = write_csv(tmp_path / "b.csv", ["model_a", "model_b", "winner"],
-                  [["x", "y", "model_a"], ["y", "x", "tie"], ["x", "z", "model_b"]])  # fmt: skip
+    f = write_csv(
+        tmp_path / "b.csv",
+        ["model_a", "model_b", "winner"],
+        [["x", "y", "model_a"], ["y", "x", "tie"], ["x", "z", "model_b"]],
+    )
     rate = ok(lmd(home, "elo", "matrix", str(f))).splitlines()
     order = rate[0].split(",")[1:]
     assert sorted(order) == ["x", "y", "z"]
@@ -778,14 +812,31 @@ def test_matrices_as_csv(tmp_path, home):
 
 def test_custom_prompt_and_its_bad_forms(arena, home, backend):
     d = arena
-    write_csv(d / "qa.csv", ["question", *MODELS],
-              [[q, *(answer_text(m, q) for m in MODELS)] for q in QUESTIONS[:1]])  # fmt: skip
+    write_csv(
+        d / "qa.csv",
+        ["question", *MODELS],
+        [[q, *(answer_text(m, q) for m in MODELS)] for q in QUESTIONS[:1]],
+    )
     ok(lmd(home, "elo", "arrange", str(d / "qa.csv"), "-o", str(d / "b.csv")))
     prompt = d / "prompt.txt"
     prompt.write_text("Q: {question}\n1: {model1_answer}\n2: {model2_answer}\nScore of Model 1?")
     backend.handler = lambda body: "Score of Model 1: 1\nScore of Model 2: 0"
-    ok(lmd(home, "elo", "judge", str(d / "b.csv"), "--qa", str(d / "qa.csv"), "--prompt-file",
-           str(prompt), "--judge-model", JUDGE, "-o", str(d / "j.csv")))  # fmt: skip
+    ok(
+        lmd(
+            home,
+            "elo",
+            "judge",
+            str(d / "b.csv"),
+            "--qa",
+            str(d / "qa.csv"),
+            "--prompt-file",
+            str(prompt),
+            "--judge-model",
+            JUDGE,
+            "-o",
+            str(d / "j.csv"),
+        )
+    )
     sent = sorted(b["messages"][0]["content"] for b in backend.chat_requests)
     assert sent[0] == (
         "Q: What is CUDA?\n1: alpha-7b answers: What is CUDA?\n"
@@ -793,26 +844,133 @@ def test_custom_prompt_and_its_bad_forms(arena, home, backend):
     )
     assert {r["winner"] for r in read_csv(d / "j.csv")} == {"model_a"}
     prompt.write_text("Judge {question} please")
-    fails(lmd(home, "elo", "judge", str(d / "b.csv"), "--qa", str(d / "qa.csv"), "--prompt-file",
-              str(prompt), "-o", str(d / "j2.csv")), "lacks {model1_answer}")  # fmt: skip
-    selfish = write_csv(d / "self.csv", ["question", "model_a", "model_b"],
-                        [[QUESTIONS[0], "alpha-7b", "alpha-7b"]])  # fmt: skip
-    fails(lmd(home, "elo", "judge", str(selfish), "--qa", str(d / "qa.csv"), "-o",
-              str(d / "j3.csv")), "model battling itself at line 2")  # fmt: skip
+    fails(
+        lmd(
+            home,
+            "elo",
+            "judge",
+            str(d / "b.csv"),
+            "--qa",
+            str(d / "qa.csv"),
+            "--prompt-file",
+            str(prompt),
+            "-o",
+            str(d / "j2.csv"),
+        ),
+        "lacks {model1_answer}",
+    )
+    selfish = write_csv(
+        d / "self.csv", ["question", "model_a", "model_b"], [[QUESTIONS[0], "alpha-7b", "alpha-7b"]]
+    )
+    fails(
+        lmd(home, "elo", "judge", str(selfish), "--qa", str(d / "qa.csv"), "-o", str(d / "j3.csv")),
+        "model battling itself at line 2",
+    )
     (home / "elo_models.yaml").write_text("judge-model: [not, a, mapping\n")
-    fails(lmd(home, "elo", "judge", str(d / "b.csv"), "--qa", str(d / "qa.csv"), "--judge-model",
-              JUDGE, "-o", str(d / "j4.csv")), "cannot be read")  # fmt: skip
+    fails(
+        lmd(
+            home,
+            "elo",
+            "judge",
+            str(d / "b.csv"),
+            "--qa",
+            str(d / "qa.csv"),
+            "--judge-model",
+            JUDGE,
+            "-o",
+            str(d / "j4.csv"),
+        ),
+        "cannot be read",
+    )
     assert not (d / "j2.csv").exists() and not (d / "j4.csv").exists()
 
 
 def test_ablation_of_a_plain_battles_file(arena, home, backend):
     d = arena
-    f = write_csv(d / "b.csv", ["question", "model_a", "model_b", "winner", "answer_a", "answer_b"],
-                  [["q", "alpha-7b", "beta-13b", "model_b", "alpha-7b answers: q",
-                    "beta-13b answers: q"],
-                   ["q", "beta-13b", "gamma-70b", "tie(all bad)", "beta-13b answers: q",
-                    "gamma-70b answers: q"]])  # fmt: skip
+    f = write_csv(
+        d / "b.csv",
+        ["question", "model_a", "model_b", "winner", "answer_a", "answer_b"],
+        [
+            ["q", "alpha-7b", "beta-13b", "model_b", "alpha-7b answers: q", "beta-13b answers: q"],
+            [
+                "q",
+                "beta-13b",
+                "gamma-70b",
+                "tie(all bad)",
+                "beta-13b answers: q",
+                "gamma-70b answers: q",
+            ],
+        ],
+    )
     out = ok(lmd(home, "elo", "ablation", str(f), "--judge-model", JUDGE, "--json"))
     report = json.loads(out)
     # the judge of the rows is unnamed: they are grouped under "?"
     assert report["?"]["battles"] == 2 and report["?"]["agreement"] == pytest.approx(0.5)
+
+
+def test_label_reads_single_keys_on_a_terminal(tmp_path, home):
+    """On a real terminal (a pty) each key counts at once, without Enter."""
+    import os
+    import pty
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    write_csv(
+        tmp_path / "qa.csv",
+        ["question", "m1", "m2"],
+        [["What is 2+2?", "four", "five"], ["Capital of France?", "Paris", "Lyon"]],
+    )
+    ok(lmd(home, "elo", "arrange", str(tmp_path / "qa.csv"), "-o", str(tmp_path / "b.csv")))
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "daemon.cli",
+            "elo",
+            "label",
+            str(tmp_path / "b.csv"),
+            "--qa",
+            str(tmp_path / "qa.csv"),
+            "-o",
+            str(tmp_path / "labels.csv"),
+            "--name",
+            "tty",
+        ],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=ROOT,
+        env={**os.environ, "LMD_HOME": str(home)},
+    )
+    os.close(slave)
+    seen = b""
+
+    def read_until(text: bytes, timeout: float = 20.0) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while text not in seen and time.monotonic() < deadline:
+            try:
+                seen += os.read(master, 4096)
+            except OSError:
+                break
+        assert text in seen, seen.decode(errors="replace")
+
+    try:
+        read_until(b"[q] quit")
+        os.write(master, b"b")  # no Enter: a terminal key press
+        read_until(b"Battle 2 of 2")
+        os.write(master, b"x")
+        read_until(b"Labelled 2")
+        assert proc.wait(timeout=20) == 0
+    finally:
+        proc.kill()
+        os.close(master)
+    rows = read_csv(tmp_path / "labels.csv")
+    assert [(r["question"], r["winner"], r["judge"]) for r in rows] == [
+        ("What is 2+2?", "model_b", "tty"),
+        ("Capital of France?", "tie (bothbad)", "tty"),
+    ]
