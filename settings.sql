@@ -143,6 +143,26 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_cache', 'true');
 
 
 -- == elo ==
+-- Rating method of the /elo page and `lmd elo report`: bt (Bradley–Terry) or online (online Elo).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_method', 'bt');
+-- Online Elo K factor (the Chatbot Arena's 4).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_k', '4.0');
+-- Rating points per factor elo_base of odds (400 in chess and the arena).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_scale', '400.0');
+-- Base of the odds in the Elo formula (10).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_base', '10.0');
+-- Starting rating of online Elo and mean rating of Bradley–Terry.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_initial', '1000.0');
+-- Bootstrap rounds for confidence intervals on the /elo page and in reports (0: none).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_bootstrap_rounds', '1000');
+-- Seed of the bootstrap, so the page shows the same intervals each time (-1: a fresh seed each time).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_seed', '42');
+-- Model that judges battles: a name in the models file, else a model id on openai_chat_endpoint.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_judge_model', 'gpt-4');
+-- Models file (YAML or JSON: name -> base_url, model, api_key_env); empty means LMD_HOME/elo_models.yaml.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_models_file', '');
+-- Backend calls in flight when answering or judging.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_concurrency', '8');
 
 
 

@@ -1,0 +1,238 @@
+"""An LLM as the judge of a battle: the prompt, the call, and reading the scores back.
+
+In the spec's shape:
+
+    from plugins.elo.judge import GPT4_PROMPT, gpt_4_completion
+    response = gpt_4_completion(GPT4_PROMPT, question=q, model1_answer=a, model2_answer=b)
+    winner, justification, valid = verdict(response)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .backends import Endpoint, run_all
+
+GPT4_PROMPT = """You are a fair judge of two AI assistants' answers to the same question.
+
+Question:
+{question}
+
+Model 1's Answer:
+{model1_answer}
+
+Model 2's Answer:
+{model2_answer}
+
+Judge which answer is more helpful, correct, relevant and clear. The order of the answers
+must not influence you. Give each model a score:
+- 1 to the better answer and 0 to the worse one;
+- 0.5 to both if they are equally good;
+- 0 to both if both fail to answer (for example, they only repeat the question).
+
+Reply in exactly this format:
+Score of Model 1: <score>
+Score of Model 2: <score>
+Brief Explanation: <one or two sentences>
+"""
+
+_SCORE = r"score\s+of\s+model\s*{n}\s*[*_]*\s*[:=]\s*[*_]*\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)"
+SCORE_1 = re.compile(_SCORE.format(n="1"), re.IGNORECASE)
+SCORE_2 = re.compile(_SCORE.format(n="2"), re.IGNORECASE)
+EXPLANATION = re.compile(r"brief\s+explanation\s*[*_]*\s*:?\s*[*_]*\s*", re.IGNORECASE)
+VERDICTS = {
+    (1.0, 0.0): "model_a",
+    (0.0, 1.0): "model_b",
+    (0.5, 0.5): "tie",
+    (0.0, 0.0): "tie (bothbad)",
+}
+
+
+def parse_scores(response: str) -> tuple[float, float] | None:
+    """(score of model 1, score of model 2), or None when either is missing."""
+    one, two = SCORE_1.findall(response or ""), SCORE_2.findall(response or "")
+    if not one or not two:
+        return None
+    return float(one[-1]), float(two[-1])
+
+
+def justification(response: str) -> str:
+    """The text after 'Brief Explanation:', else the response without its score lines."""
+    text = response or ""
+    found = EXPLANATION.search(text)
+    if found:
+        return text[found.end() :].strip()
+    return "\n".join(
+        line for line in text.splitlines() if not re.search(r"score\s+of\s+model", line, re.I)
+    ).strip()
+
+
+def verdict(response: str) -> tuple[str | None, str, bool]:
+    """(winner or None, justification, is_valid): (1,0) model_a, (0,1) model_b,
+    (0.5,0.5) tie, (0,0) tie (bothbad); anything else is invalid."""
+    scores = parse_scores(response)
+    winner = VERDICTS.get(scores) if scores else None
+    return winner, justification(response), winner is not None
+
+
+def gpt_4_completion(
+    prompt: str,
+    question: str,
+    model1_answer: str,
+    model2_answer: str,
+    judge: Endpoint | None = None,
+) -> str:
+    """The judge's raw response to one battle (any OpenAI-compatible model can judge)."""
+    endpoint = judge or default_judge()
+
+    async def call() -> str:
+        llm = endpoint.client()
+        try:
+            return await llm.chat(
+                judge_messages(prompt, question, model1_answer, model2_answer), temperature=0
+            )
+        finally:
+            await llm.close()
+
+    return asyncio.run(call())
+
+
+def default_judge() -> Endpoint:
+    """The judge named by elo_judge_model, resolved as `lmd elo judge` would."""
+    from daemon.cli import open_daemon_state
+
+    from .backends import resolve
+
+    _, store, settings = open_daemon_state(None)
+    store.close()
+    return resolve(settings["elo_judge_model"], settings)
+
+
+def judge_messages(prompt: str, question: str, answer_1: str, answer_2: str) -> list[dict]:
+    text = prompt.format(question=question, model1_answer=answer_1, model2_answer=answer_2)
+    return [{"role": "user", "content": text}]
+
+
+@dataclass
+class JudgeRun:
+    judged: int = 0
+    invalid: int = 0
+    failures: list[tuple[int, str]] = field(default_factory=list)  # (row index, why)
+
+
+def fill_verdict(row: dict, response: str, judge_name: str, swapped: bool = False) -> dict:
+    """The full columns of a judged battle; `swapped` means answer B was shown first."""
+    winner, why, valid = verdict(response)
+    if swapped and winner in ("model_a", "model_b"):
+        winner = "model_b" if winner == "model_a" else "model_a"
+    row.update(
+        judge=judge_name,
+        turn=row.get("turn") or "1",
+        tstamp=f"{time.time():.3f}",
+        gpt_4_response=response,
+        gpt_4_justification=why,
+        is_valid="true" if valid else "false",
+        winner=winner or "",
+    )
+    return row
+
+
+def judge_rows(
+    rows: list[dict],
+    endpoint: Endpoint,
+    todo: list[int],
+    concurrency: int = 8,
+    save: Callable[[], None] | None = None,
+    prompt: str = GPT4_PROMPT,
+    swapped: bool = False,
+) -> JudgeRun:
+    """Judge rows[i] for i in todo in place (answer_a shown as Model 1 unless `swapped`)."""
+    return asyncio.run(_judge(rows, endpoint, todo, concurrency, save, prompt, swapped))
+
+
+async def _judge(
+    rows: list[dict],
+    endpoint: Endpoint,
+    todo: list[int],
+    concurrency: int,
+    save: Callable[[], None] | None,
+    prompt: str,
+    swapped: bool,
+) -> JudgeRun:
+    run = JudgeRun()
+    llm = endpoint.client()
+
+    def job(row: dict):
+        first, second = row["answer_a"], row["answer_b"]
+        if swapped:
+            first, second = second, first
+        messages = judge_messages(prompt, row["question"], first, second)
+        return lambda: llm.chat(messages, temperature=0)
+
+    def done(i: int, response: str) -> None:
+        row = fill_verdict(rows[todo[i]], response, endpoint.name, swapped)
+        run.judged += 1
+        run.invalid += row["is_valid"] == "false"
+
+    def failed(i: int, e: Exception) -> None:
+        run.failures.append((todo[i], getattr(e, "message", str(e))))
+
+    try:
+        await run_all(
+            [job(rows[i]) for i in todo],
+            concurrency,
+            done,
+            failed,
+            f"judging with {endpoint.name}",
+            checkpoint=save,
+        )
+    finally:
+        await llm.close()
+        if save:
+            save()
+    return run
+
+
+# -- ablation: does the verdict survive swapping the answers? --------------------------------
+MIRROR = {
+    "model_a": "model_b",
+    "model_b": "model_a",
+    "tie": "tie",
+    "tie (bothbad)": "tie (bothbad)",
+}
+
+
+def consistency(original: list[dict], swapped: list[dict]) -> dict[str, Any]:
+    """Per judge: battles compared, share of agreeing verdicts, share won by position 1.
+
+    `swapped[i]` is `original[i]` judged with the answers swapped, its winner already mapped
+    back to the original orientation. Only pairs where both verdicts are valid count.
+    """
+    per: dict[str, dict[str, float]] = {}
+    for o, s in zip(original, swapped, strict=True):
+        if o.get("is_valid") != "true" or s.get("is_valid") != "true":
+            continue
+        stats = per.setdefault(
+            o.get("judge") or "?", {"battles": 0, "agree": 0, "decisive": 0, "first": 0}
+        )
+        stats["battles"] += 1
+        stats["agree"] += o["winner"] == s["winner"]
+        # position 1 held answer A in the original order and answer B in the swapped one
+        for winner, first in ((o["winner"], "model_a"), (s["winner"], "model_b")):
+            if winner in ("model_a", "model_b"):
+                stats["decisive"] += 1
+                stats["first"] += winner == first
+    return {
+        judge: {
+            "battles": int(st["battles"]),
+            "agreement": st["agree"] / st["battles"] if st["battles"] else None,
+            "first_position_wins": st["first"] / st["decisive"] if st["decisive"] else None,
+            "decisive_verdicts": int(st["decisive"]),
+        }
+        for judge, st in per.items()
+    }

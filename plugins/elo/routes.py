@@ -1,0 +1,128 @@
+"""HTTP: /elo (the page), /elo/leaderboard (JSON) and POST /elo/battles."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from daemon.errors import LmdError
+
+
+def _options(request: Any, settings: Any) -> Any:
+    from .commands import _options as build
+
+    q = request.query_params
+
+    def number(name: str, kind: type) -> Any:
+        if name not in q:
+            return None
+        try:
+            return kind(q[name])
+        except ValueError:
+            raise LmdError(f"The query parameter {name} must be a number.") from None
+
+    method = q.get("method")
+    if method is not None and method not in ("bt", "online"):
+        raise LmdError("The method must be bt or online.")
+    bootstrap = number("bootstrap", int)
+    if bootstrap is not None and not 0 <= bootstrap <= settings.spec("elo_bootstrap_rounds").max:
+        raise LmdError("bootstrap must be from 0 to 100000 rounds.")
+    return build(
+        settings,
+        method,
+        bootstrap,
+        number("seed", int),
+        number("k", float),
+        None,
+        None,
+        None,
+        q.get("anchor"),
+    )
+
+
+def _compute(daemon: Any, request: Any) -> tuple[dict, Any, Any, list, Any]:
+    """The leaderboard of the stored battles; the last one is reused while neither the
+    battles nor the options changed (a seeded bootstrap gives the same numbers anyway)."""
+    from .leaderboard import compute
+    from .store import all_battles, fingerprint
+
+    settings = daemon.settings()
+    opts = _options(request, settings)
+    key = (fingerprint(daemon.store), repr(opts))
+    cached = daemon.state.get("elo_leaderboard")
+    if cached and cached[0] == key and opts.seed is not None:
+        return cached[1]
+    rows = all_battles(daemon.store)
+    if not rows:
+        return {"method": opts.method, "ratings": {}, "battles": {}}, None, None, rows, opts
+    board, battles, ratings = compute(rows, opts)
+    result = (board, battles, ratings, rows, opts)
+    daemon.state["elo_leaderboard"] = (key, result)
+    return result
+
+
+async def leaderboard(request: Any) -> Any:
+    from starlette.responses import JSONResponse
+
+    from .leaderboard import render
+
+    daemon = request.app.state.daemon
+    board, battles, *_ = await asyncio.to_thread(_compute, daemon, request)
+    if battles is None:
+        return JSONResponse(board)
+    import json
+
+    return JSONResponse(json.loads(render(board, "json")))
+
+
+EMPTY_PAGE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">
+<title>Elo leaderboard</title></head><body style="font-family:sans-serif;margin:2em">
+<h1>Elo leaderboard</h1><p>No battles yet. Add some with <code>lmd elo import FILE</code>
+or <code>POST /elo/battles</code>.</p>
+<script>document.documentElement.setAttribute("data-elo-ready", "0");</script></body></html>"""
+
+
+async def page(request: Any) -> Any:
+    from starlette.responses import HTMLResponse
+
+    from .report import render_page
+
+    daemon = request.app.state.daemon
+
+    def build() -> str:
+        board, battles, ratings, rows, opts = _compute(daemon, request)
+        if battles is None:
+            return EMPTY_PAGE
+        return render_page(board, battles, ratings, rows, opts.params, source="the daemon")
+
+    return HTMLResponse(await asyncio.to_thread(build))
+
+
+async def add_battles(request: Any) -> Any:
+    """Body: {"battles": [{model_a, model_b, winner, ...}, ...]} (or the bare list)."""
+    from starlette.responses import JSONResponse
+
+    from daemon.app import read_json
+
+    from .files import FULL_COLUMNS, Table
+    from .store import add_battles as add
+    from .store import validate
+
+    daemon = request.app.state.daemon
+    data = await read_json(request, daemon)
+    items = data.get("battles") if isinstance(data, dict) else data
+    if not isinstance(items, list) or not items:
+        raise LmdError('Send {"battles": [{"model_a": ..., "model_b": ..., "winner": ...}]}.')
+    rows = []
+    for n, item in enumerate(items, 1):
+        if not isinstance(item, dict):
+            raise LmdError(
+                f"Battle {n} is not an object; send objects with model_a, model_b, winner."
+            )
+        rows.append({c: "" if item.get(c) is None else str(item.get(c)) for c in FULL_COLUMNS})
+    missing = [c for c in ("model_a", "model_b", "winner") if not any(c in i for i in items)]
+    columns = [c for c in FULL_COLUMNS if c not in missing]
+    table = Table("The request", columns, rows, list(range(1, len(rows) + 1)), unit="battle")
+    valid = await asyncio.to_thread(validate, table)
+    stored = await asyncio.to_thread(add, daemon.store, valid)
+    return JSONResponse({"added": stored, "skipped_invalid": len(rows) - stored})
