@@ -949,10 +949,15 @@ def test_label_reads_single_keys_on_a_terminal(tmp_path, home):
     os.close(slave)
     seen = b""
 
-    def read_until(text: bytes, timeout: float = 20.0) -> None:
+    def read_until(text: bytes, timeout: float = 60.0) -> None:
+        import select
+
         nonlocal seen
         deadline = time.monotonic() + timeout
         while text not in seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)  # never block past the deadline
+            if not ready:
+                continue
             try:
                 seen += os.read(master, 4096)
             except OSError:
