@@ -88,7 +88,7 @@ class FakeBackend:
         class Handler(_Handler):
             owner = backend
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server = _Server(("127.0.0.1", 0), Handler)
         server.daemon_threads = True
         server.request_queue_size = 256
         self._server = server
@@ -141,6 +141,13 @@ class FakeBackend:
             if self._queue:
                 return self._queue.popleft()
         return self.default
+
+
+class _Server(ThreadingHTTPServer):
+    # The listen backlog is fixed when the socket opens, so it must be a class attribute:
+    # set on the instance afterwards, 30 simultaneous connects overflow the default of 5.
+    daemon_threads = True
+    request_queue_size = 256
 
 
 class _Handler(BaseHTTPRequestHandler):

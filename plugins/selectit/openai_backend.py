@@ -1,0 +1,136 @@
+"""Rating probabilities from any OpenAI-compatible server that returns logprobs.
+
+One request per rating prompt: `max_tokens` 1 and the top logprobs of that one token, either
+on the completions endpoint with the raw prompt (base models) or on chat (instruct models).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from daemon.errors import BackendError
+
+from .prompts import Prompt
+from .scoring import Rating, rating_from_logprobs
+
+FALLBACK_TOP_LOGPROBS = 5  # what OpenAI's completions endpoint allows at most
+
+
+class OpenAIRater:
+    """Rates prompts through a daemon.llm.LLM, at most `concurrency` requests at a time."""
+
+    def __init__(
+        self, llm: Any, model: str, api: str = "completions", top_logprobs: int = 20,
+        concurrency: int = 32,
+    ) -> None:  # fmt: skip
+        self.llm = llm
+        self.model = model
+        self.api = api
+        self.top_logprobs = top_logprobs
+        self.concurrency = concurrency
+        self._gate = asyncio.Semaphore(concurrency)
+
+    async def rate(self, prompt: Prompt) -> Rating:
+        """The rating distribution of one prompt."""
+        async with self._gate:
+            while True:
+                asked = self.top_logprobs
+                try:
+                    response = await self._request(prompt.text, asked)
+                    break
+                except BackendError as e:
+                    if not self._refused_logprobs(e, asked):
+                        raise
+                    # The server caps top logprobs (OpenAI completions: 5); ask for fewer.
+                    self.top_logprobs = min(self.top_logprobs, FALLBACK_TOP_LOGPROBS)
+        return rating_from_logprobs(self._top_tokens(response))
+
+    async def rate_samples(
+        self, prompt_lists: Sequence[Sequence[Prompt]]
+    ) -> AsyncIterator[tuple[int, list[Rating]]]:
+        """(index, ratings) for each sample as soon as all its prompts are rated."""
+
+        async def one(i: int, prompts: Sequence[Prompt]) -> tuple[int, list[Rating]]:
+            return i, list(await asyncio.gather(*(self.rate(p) for p in prompts)))
+
+        todo = iter(enumerate(prompt_lists))
+        pending: set[asyncio.Task] = set()
+        try:
+            while True:
+                # Keep enough samples in flight to fill every request slot, but no more.
+                while len(pending) < self.concurrency:
+                    nxt = next(todo, None)
+                    if nxt is None:
+                        break
+                    pending.add(asyncio.ensure_future(one(*nxt)))
+                if not pending:
+                    return
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                failed = [t.exception() for t in done if t.exception() is not None]
+                if failed:
+                    raise failed[0]
+                for result in sorted(t.result() for t in done):
+                    yield result
+        finally:
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _request(self, text: str, top: int) -> Any:
+        if self.api == "chat":
+            return await self.llm.complete(
+                [{"role": "user", "content": text}],
+                model=self.model,
+                max_tokens=1,
+                temperature=0,
+                logprobs=True,
+                top_logprobs=top,
+            )
+        return await self.llm.completion(
+            text, model=self.model, max_tokens=1, temperature=0, logprobs=top
+        )
+
+    def _refused_logprobs(self, e: BackendError, asked: int) -> bool:
+        said = f"{e.message} {e.detail or ''}".lower()
+        return asked > FALLBACK_TOP_LOGPROBS and "http 400" in said and "logprob" in said
+
+    def _top_tokens(self, response: Any) -> list[tuple[str, float]]:
+        """[(token, logprob)] of the first generated position, the chosen token included."""
+        choice = response.choices[0] if getattr(response, "choices", None) else None
+        logprobs = getattr(choice, "logprobs", None) if choice is not None else None
+        pairs: list[tuple[str, float]] = []
+        if logprobs is not None and self.api == "chat":
+            content = getattr(logprobs, "content", None) or []
+            if content:
+                first = content[0]
+                pairs = [(t.token, t.logprob) for t in (first.top_logprobs or [])]
+                if first.token not in {t for t, _ in pairs}:
+                    pairs.append((first.token, first.logprob))
+        elif logprobs is not None:
+            tops = getattr(logprobs, "top_logprobs", None) or []
+            if tops and tops[0]:
+                pairs = list(tops[0].items())
+            tokens = getattr(logprobs, "tokens", None) or []
+            chosen = getattr(logprobs, "token_logprobs", None) or []
+            if tokens and chosen and tokens[0] not in {t for t, _ in pairs}:
+                pairs.append((tokens[0], chosen[0]))
+        if not pairs:
+            raise BackendError(
+                f"The server at {self.llm.url} answered without logprobs (model {self.model}, "
+                f"its reply: {self._reply_text(choice)!r}); SelectIT needs a server that returns "
+                "logprobs, such as vLLM, SGLang or the llama.cpp server.",
+                detail={"reply": self._reply_text(choice)},
+            )
+        return pairs
+
+    def _reply_text(self, choice: Any) -> str:
+        if choice is None:
+            return ""
+        message = getattr(choice, "message", None)
+        text = getattr(message, "content", None) if message is not None else None
+        if text is None:
+            text = getattr(choice, "text", None)
+        return (text or "")[:200]
