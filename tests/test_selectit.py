@@ -123,8 +123,9 @@ def test_exact_scores_k1_and_the_request_bodies(home, backend, tmp_path):
     data = write_jsonl(tmp_path / "a.jsonl", alpaca(3))
     backend.handler = task_handler
     out = tmp_path / "s.jsonl"
-    r = run_cli(home, data, "-o", out)
+    r = run_cli(home, data, "-o", out, "--progress")
     assert r.exit_code == 0, r.stderr
+    assert "3/3" in r.stderr and "sample/s" in r.stderr  # the progress bar, on stderr
     rows = read_jsonl(out)
     assert [row["id"] for row in rows] == [1, 2, 3]  # ids are line numbers when absent
     for row in rows:
