@@ -32,7 +32,8 @@ sys.path.insert(0, {tests!r})
 from fake_backend import FakeBackend, Reply
 b = FakeBackend()
 b.latency = {latency}
-b.default = Reply("4", logprobs=[("4", math.log(0.6), [("4", math.log(0.6)), (" 5", math.log(0.4))])])
+top = [("4", math.log(0.6)), (" 5", math.log(0.4))]
+b.default = Reply("4", logprobs=[("4", math.log(0.6), top)])
 b.start()
 print(b.url, flush=True)
 sys.stdin.read()
