@@ -205,6 +205,26 @@ def test_absent_ratings_are_bounded_and_counted(home, backend, tmp_path):
     assert "3 ratings were absent from the top logprobs and bounded" in r.stderr
 
 
+def test_llama_cpp_shaped_completions_and_unrated_prompts(home, backend, tmp_path):
+    top = [{"token": " 2", "logprob": math.log(0.5)}, {"token": "3", "logprob": math.log(0.5)}]
+    content = [{"token": " 2", "logprob": math.log(0.5), "top_logprobs": top}]
+    body = {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "created": 0,
+        "model": "fake-model",
+        "choices": [{"index": 0, "text": " 2", "finish_reason": "length",
+                     "logprobs": {"content": content}}],
+    }  # fmt: skip
+    backend.queue(Reply(body=body), dist_reply({"The": 0.9, "A": 0.1}))
+    data = write_jsonl(tmp_path / "a.jsonl", alpaca(2))
+    out = tmp_path / "s.jsonl"
+    r = run_cli(home, data, "-o", out, "--concurrency", 1)
+    assert r.exit_code == 0, r.stderr
+    assert [row["score"] for row in read_jsonl(out)] == [2.5, 3.0]
+    assert "warning: 1 prompts had no rating 1-5 among the top logprobs" in r.stderr
+
+
 def test_server_without_logprobs_is_a_clear_error(home, backend, tmp_path):
     backend.no_logprobs = True
     backend.default = Reply("Five")
@@ -256,6 +276,9 @@ def test_resume_after_a_failure_gives_the_uninterrupted_file(home, backend, tmp_
     assert len(backend.requests) == 6 * 2  # only the unscored samples were asked for
     assert out.read_bytes() == reference.read_bytes()
     r = run_cli(home, data, "-o", out, "--k", 2)  # nothing left: no calls, same file
+    assert len(backend.requests) == 12 and out.read_bytes() == reference.read_bytes()
+    r = run_cli(home, data, "-o", out, "--k", 3)  # other settings would mix two scorings
+    assert r.exit_code == 1 and "was started with other settings (k 2 then, 3 now)" in r.stderr
     assert len(backend.requests) == 12 and out.read_bytes() == reference.read_bytes()
 
 

@@ -78,7 +78,8 @@ def run(**o: Any) -> int:
     keys = ("k", "alpha", "rp_file", "model", "max_length", "batch_size", "backend", "api")
     keys += ("concurrency", "top_logprobs", "device")
     cfg = resolve(settings, file_values, {key: o[key] for key in keys})
-    templates = choose_templates(load_templates(cfg.rp_file or None), cfg.k)
+    all_templates = load_templates(cfg.rp_file or None)
+    templates = choose_templates(all_templates, cfg.k)
     dataset = read_dataset(o["dataset"], parse_fields(o["fields"]), o["skip_bad_lines"])
     if dataset.skipped_lines:
         shown = ", ".join(map(str, dataset.skipped_lines[:20]))
@@ -91,10 +92,11 @@ def run(**o: Any) -> int:
     output = o["output"] or default_output(o["dataset"])
     scores = ScoresFile(output)
     before = len(scores.load())
+    scores.check_run(fingerprint(cfg, settings, all_templates))
     todo = [s for s in dataset.samples if s.key not in scores.done]
     progress = sys.stderr.isatty() if o["progress"] is None else o["progress"]
     started = time.monotonic()
-    stats = {"scored": 0, "bounded": 0}
+    stats = {"scored": 0, "bounded": 0, "unrated": 0}
     try:
         asyncio.run(score_into(todo, templates, cfg, settings, scores, o["details"], progress,
                                stats))  # fmt: skip
@@ -124,6 +126,13 @@ def run(**o: Any) -> int:
     if stats["bounded"]:
         line += f"; {stats['bounded']} ratings were absent from the top logprobs and bounded"
     click.echo(line + f". Scores: {output}", err=True)
+    if stats["unrated"]:
+        click.echo(
+            f"selectit: warning: {stats['unrated']} prompts had no rating 1-5 among the top "
+            "logprobs, so they count as 3.0; check that the model answers with a digit (try "
+            "--api completions with a base model, or other rating prompts).",
+            err=True,
+        )
     if o["top_fraction"] is not None:
         kept = select_best(dataset, scores.done, o["top_fraction"], o["select_out"])
         click.echo(f"selectit: kept the best {kept} records in {o['select_out']}.", err=True)
@@ -152,11 +161,26 @@ async def score_into(
             scores.append(result.to_json(details))
             stats["scored"] += 1
             stats["bounded"] += sum(r.absent for r in result.ratings)
+            stats["unrated"] += sum(r.absent == len(r.probs) for r in result.ratings)
             bar.update(1)
     finally:
         bar.close()
         if rater is not None and hasattr(rater, "llm"):
             await rater.llm.close()
+
+
+def fingerprint(cfg: Any, settings: Any, templates: list[str]) -> dict:
+    """What decides the numbers (templates: the whole prompt file): a resume must match."""
+    import hashlib
+
+    from .raters import openai_model
+
+    local = cfg.backend == "transformers"
+    prompts = hashlib.sha256("\n".join(templates).encode()).hexdigest()[:16]
+    out = {"backend": cfg.backend, "model": cfg.model if local else openai_model(cfg, settings)}
+    out.update({"k": cfg.k, "alpha": cfg.alpha, "prompts": prompts})
+    out.update({"max_length": cfg.max_length} if local else {"api": cfg.api})
+    return out
 
 
 def select_best(dataset: Any, done: dict, fraction: float, path: Path) -> int:

@@ -98,25 +98,31 @@ class OpenAIRater:
         return asked > FALLBACK_TOP_LOGPROBS and "http 400" in said and "logprob" in said
 
     def _top_tokens(self, response: Any) -> list[tuple[str, float]]:
-        """[(token, logprob)] of the first generated position, the chosen token included."""
+        """[(token, logprob)] of the first generated position, the chosen token included.
+
+        Reads the chat shape (`content[0].top_logprobs`) and the legacy completions shape
+        (`top_logprobs[0]` a dict) on either endpoint: llama.cpp's server answers completions
+        in the chat shape.
+        """
         choice = response.choices[0] if getattr(response, "choices", None) else None
-        logprobs = getattr(choice, "logprobs", None) if choice is not None else None
+        logprobs = _get(choice, "logprobs") if choice is not None else None
         pairs: list[tuple[str, float]] = []
-        if logprobs is not None and self.api == "chat":
-            content = getattr(logprobs, "content", None) or []
-            if content:
-                first = content[0]
-                pairs = [(t.token, t.logprob) for t in (first.top_logprobs or [])]
-                if first.token not in {t for t, _ in pairs}:
-                    pairs.append((first.token, first.logprob))
-        elif logprobs is not None:
-            tops = getattr(logprobs, "top_logprobs", None) or []
-            if tops and tops[0]:
+        content = _get(logprobs, "content")
+        if content:
+            first = content[0]
+            pairs = [
+                (_get(t, "token"), _get(t, "logprob")) for t in _get(first, "top_logprobs") or []
+            ]
+            chosen = [(_get(first, "token"), _get(first, "logprob"))]
+        else:
+            tops = _get(logprobs, "top_logprobs") or []
+            if tops and isinstance(tops[0], dict):
                 pairs = list(tops[0].items())
-            tokens = getattr(logprobs, "tokens", None) or []
-            chosen = getattr(logprobs, "token_logprobs", None) or []
-            if tokens and chosen and tokens[0] not in {t for t, _ in pairs}:
-                pairs.append((tokens[0], chosen[0]))
+            tokens, lps = _get(logprobs, "tokens") or [], _get(logprobs, "token_logprobs") or []
+            chosen = [(tokens[0], lps[0])] if tokens and lps else []
+        listed = {t for t, _ in pairs}
+        pairs += [(t, lp) for t, lp in chosen if t not in listed and isinstance(t, str)]
+        pairs = [(t, lp) for t, lp in pairs if isinstance(t, str) and isinstance(lp, int | float)]
         if not pairs:
             raise BackendError(
                 f"The server at {self.llm.url} answered without logprobs (model {self.model}, "
@@ -134,3 +140,16 @@ class OpenAIRater:
         if text is None:
             text = getattr(choice, "text", None)
         return (text or "")[:200]
+
+
+def _get(obj: Any, name: str) -> Any:
+    """A field of an SDK object or of a plain dict (fields the SDK does not know stay dicts)."""
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(name)
+    value = getattr(obj, name, None)
+    if value is None:
+        extra = getattr(obj, "model_extra", None) or {}
+        value = extra.get(name)
+    return value

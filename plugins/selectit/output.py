@@ -57,6 +57,34 @@ class ScoresFile:
             self.done[id_key(row["id"])] = row
         return self.done
 
+    @property
+    def meta_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".meta.json")
+
+    def check_run(self, fingerprint: dict) -> None:
+        """Refuse to resume scores made with other settings; then remember this run's."""
+        old = None
+        if self.done and self.meta_path.exists():
+            try:
+                old = json.loads(self.meta_path.read_text(encoding="utf-8"))
+            except (ValueError, OSError):
+                old = None
+        if isinstance(old, dict):
+            changed = [
+                f"{key} {old[key]!r} then, {value!r} now"
+                for key, value in fingerprint.items()
+                if key in old and old[key] != value
+            ]
+            if changed:
+                raise LmdError(
+                    f"{self.path} was started with other settings ({'; '.join(changed)}); use "
+                    f"another -o, or delete it and {self.meta_path.name} to start over."
+                )
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.meta_path.with_name(self.meta_path.name + ".tmp")
+        tmp.write_text(json.dumps(fingerprint, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, self.meta_path)
+
     def append(self, row: dict) -> None:
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
