@@ -115,6 +115,8 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_concurrency', '32
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_top_logprobs', '20');
 -- Torch device for the transformers backend (auto = cuda when available, else cpu).
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_device', 'auto');
+-- Local model loaded, with a warning, when the transformers model fails to load (empty = stop with an error).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_fallback_model', '');
 
 
 

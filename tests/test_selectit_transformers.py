@@ -168,3 +168,17 @@ def test_model_load_failure_is_one_clear_sentence(home, tmp_path):
     assert r.stderr.count("\n") == 1
     r = run_cli(home, data, "--backend", "transformers")
     assert r.exit_code == 1 and "needs a model: pass --model" in r.stderr
+
+
+def test_fallback_model_only_when_asked(home, backend, tmp_path, bpe_tok):
+    model_dir = tmp_path / "tiny-gpt2"
+    gpt2(len(bpe_tok)).save_pretrained(model_dir)
+    bpe_tok.save_pretrained(model_dir)
+    data = write_jsonl(tmp_path / "a.jsonl", alpaca(2))
+    out = tmp_path / "s.jsonl"
+    args = ["-o", out, "--backend", "transformers", "--model", tmp_path / "missing"]
+    r = run_cli(home, data, *args, "--fallback-model", model_dir)
+    assert r.exit_code == 0, r.stderr
+    assert "warning: I could not load the model" in r.stderr and "Using the fallback" in r.stderr
+    assert [row["id"] for row in read_jsonl(out)] == [1, 2]
+    assert all(1 <= row["score"] <= 5 for row in read_jsonl(out))

@@ -34,6 +34,7 @@ def default_output(dataset: Path) -> Path:
 @click.option("--concurrency", type=int, help="Requests in flight (openai).")
 @click.option("--top-logprobs", type=int, help="Top logprobs to ask for (openai).")
 @click.option("--device", help="Torch device (transformers; default auto).")
+@click.option("--fallback-model", help="Load this model if --model fails (transformers).")
 @click.option("--fields", help="Map field names: instruction=prompt,output=answer,id=uid.")
 @click.option("--skip-bad-lines", is_flag=True, help="Skip malformed lines instead of stopping.")
 @click.option("--details", is_flag=True, help="Also write the k token scores and distributions.")
@@ -76,7 +77,7 @@ def run(**o: Any) -> int:
     store.close()
     file_values = load_yaml(o["config_file"]) if o["config_file"] else {}
     keys = ("k", "alpha", "rp_file", "model", "max_length", "batch_size", "backend", "api")
-    keys += ("concurrency", "top_logprobs", "device")
+    keys += ("concurrency", "top_logprobs", "device", "fallback_model")
     cfg = resolve(settings, file_values, {key: o[key] for key in keys})
     all_templates = load_templates(cfg.rp_file or None)
     templates = choose_templates(all_templates, cfg.k)
@@ -110,6 +111,8 @@ def run(**o: Any) -> int:
         return 130
     except LmdError as e:
         scores.close()
+        if not scores.done:
+            raise
         raise LmdError(
             f"{e.message} {len(scores.done)} scores are saved in {output}; run the same command "
             "again to resume."

@@ -16,7 +16,7 @@ from daemon.settings import Setting
 
 # The spec's keys first, then this implementation's extras (also accepted in the YAML file).
 SPEC_KEYS = ("name", "model", "rp_file", "k", "alpha", "max_length", "batch_size")
-EXTRA_KEYS = ("backend", "api", "concurrency", "top_logprobs", "device")
+EXTRA_KEYS = ("backend", "api", "concurrency", "top_logprobs", "device", "fallback_model")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ RULES: dict[str, Rule] = {
     "concurrency": Rule(int, 1, 256),
     "top_logprobs": Rule(int, 1, 100),
     "device": Rule(str),
+    "fallback_model": Rule(str),
 }
 
 
@@ -57,6 +58,7 @@ class Config:
     concurrency: int = 32
     top_logprobs: int = 20
     device: str = "auto"
+    fallback_model: str = ""
 
 
 DEFAULTS = Config()
@@ -127,6 +129,12 @@ SETTINGS = [
         DEFAULTS.device,
         "str",
         "Torch device for the transformers backend (auto = cuda when available, else cpu).",
+    ),
+    Setting(
+        "selectit_fallback_model",
+        DEFAULTS.fallback_model,
+        "str",
+        "Local model to load, with a warning, when the model fails to (empty = stop instead).",
     ),
 ]
 

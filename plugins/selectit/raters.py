@@ -35,6 +35,7 @@ def make_transformers_rater(cfg: Config, sort_by_length: bool = True) -> Any:
     return TransformersRater.load(
         cfg.model,
         cfg.device,
+        fallback=cfg.fallback_model,
         batch_size=cfg.batch_size,
         max_length=cfg.max_length,
         sort_by_length=sort_by_length,

@@ -115,8 +115,18 @@ class TransformersRater:
         self.padded_tokens = 0
 
     @classmethod
-    def load(cls, path: str, device: str = "auto", **kw: Any) -> TransformersRater:
-        model, tokenizer = load_model(path, device)
+    def load(
+        cls, path: str, device: str = "auto", fallback: str = "", **kw: Any
+    ) -> TransformersRater:
+        """Load `path`; only when a fallback is given explicitly, try it on failure (warned)."""
+        try:
+            model, tokenizer = load_model(path, device)
+        except LmdError as e:
+            if not fallback:
+                raise
+            print(f"selectit: warning: {e.message} Using the fallback model {fallback!r}.",
+                  file=sys.stderr)  # fmt: skip
+            model, tokenizer = load_model(fallback, device)
         return cls(model, tokenizer, **kw)
 
     def encode(self, prompt: Prompt) -> list[int]:
