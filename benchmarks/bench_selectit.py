@@ -48,8 +48,8 @@ def start_server(latency: float) -> tuple[subprocess.Popen, str]:
     return proc, proc.stdout.readline().strip()
 
 
-async def raw_ceiling(url: str, requests: int, concurrency: int) -> float:
-    """Requests/s of a bare httpx client with the same concurrency (no SDK, no parsing)."""
+async def raw_ceiling(url: str, requests: int, concurrency: int) -> tuple[float, float]:
+    """(requests/s, client CPU ms per request) of a bare httpx client, same concurrency."""
     import httpx
 
     gate = asyncio.Semaphore(concurrency)
@@ -61,18 +61,23 @@ async def raw_ceiling(url: str, requests: int, concurrency: int) -> float:
             async with gate:
                 (await client.post(url + "/completions", json=body)).raise_for_status()
 
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(one() for _ in range(requests)))
-        return requests / (time.perf_counter() - start)
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        return requests / wall, cpu / requests * 1000
 
 
 def bench_a(samples: int, k: int, latency: float, concurrency: int) -> None:
+    import openai  # noqa: F401  (imported before timing: the run's CPU is its requests')
     from click.testing import CliRunner
 
     from daemon.cli import cli
 
     proc, url = start_server(latency)
+    n_raw = min(samples * k, 2000)
     try:
+        # The raw ceiling before and after selectit: the machine's load may change meanwhile.
+        raw_before = asyncio.run(raw_ceiling(url, n_raw, concurrency))
         with tempfile.TemporaryDirectory() as tmp:
             home, data, out = Path(tmp) / "home", Path(tmp) / "a.jsonl", Path(tmp) / "s.jsonl"
             os.environ["LMD_OPENAI_CHAT_ENDPOINT"] = url
@@ -85,25 +90,32 @@ def bench_a(samples: int, k: int, latency: float, concurrency: int) -> None:
             data.write_text("".join(json.dumps(r) + "\n" for r in rows))
             args = ["selectit", str(data), "-o", str(out), "--k", str(k), "--no-progress"]
             args += ["--concurrency", str(concurrency), "--home", str(home)]
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             result = CliRunner().invoke(cli, args, catch_exceptions=False)
-            elapsed = time.perf_counter() - start
+            elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
             assert result.exit_code == 0, result.stderr
             assert sum(1 for _ in out.open()) == samples
-        raw = asyncio.run(raw_ceiling(url, min(samples * k, 2000), concurrency))
+        raw_after = asyncio.run(raw_ceiling(url, n_raw, concurrency))
     finally:
         proc.stdin.close()
         proc.wait(10)
     rate = samples / elapsed
     limit = concurrency / (k * latency)
+    raw = (raw_before[0] + raw_after[0]) / 2
+    raw_cpu = (raw_before[1] + raw_after[1]) / 2
+    cpu_ms = cpu / (samples * k) * 1000
     print(f"(a) openai backend: {samples} samples x k={k}, latency {latency * 1000:.0f} ms, "
           f"concurrency {concurrency}")  # fmt: skip
     print(f"    selectit        {rate:8.1f} samples/s  ({samples * k / elapsed:.0f} requests/s, "
           f"{elapsed:.1f} s)")  # fmt: skip
     print(f"    limit           {limit:8.1f} samples/s  = {concurrency}/({k}*{latency}s)")
-    print(f"    raw httpx       {raw / k:8.1f} samples/s  ({raw:.0f} requests/s, same server)")
+    print(f"    raw httpx       {raw / k:8.1f} samples/s  ({raw:.0f} requests/s, same server, "
+          "mean of before and after)")  # fmt: skip
     print(f"    ratio to limit  {rate / limit:8.2f}  (target >= 0.8)")
     print(f"    ratio to raw    {rate / (raw / k):8.2f}")
+    print(f"    client CPU      {cpu_ms:8.2f} ms/request (raw httpx {raw_cpu:.2f}; "
+          f"ratio {cpu_ms / raw_cpu:.2f}) - at 640 requests/s the limit needs "
+          f"{640 * cpu_ms / 1000:.1f} cores")  # fmt: skip
 
 
 def bench_b(samples: int, k: int, batch_size: int) -> None:

@@ -62,6 +62,8 @@ async def selectit_route(request: Any) -> Any:
             raise LmdError(f"Record {number} is not a JSON object; send objects with "
                            '"instruction" and "output".')  # fmt: skip
     details = options.pop("details", False)
+    if not isinstance(details, bool):
+        raise LmdError('"details" must be true or false.')
     fields = parse_fields(fields_option(options.pop("fields", None)))
     settings = daemon.settings()
     cfg = resolve(settings, {}, options, "in the request")
