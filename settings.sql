@@ -105,7 +105,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_rp_file', '');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_k', '1');
 -- alpha: penalty on the standard deviation across the k prompts.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_alpha', '0.2');
--- Most prompt tokens (transformers backend); longer sample text is cut, the answer cue kept.
+-- Most prompt tokens; longer sample text is cut, the answer cue kept (openai backend: tokens counted the daemon's way).
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_max_length', '2048');
 -- Samples per forward pass (transformers backend).
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_batch_size', '8');

@@ -196,6 +196,20 @@ def test_chat_api_request_and_missing_fields_score_three(home, backend, tmp_path
     assert body["model"] == "judge-1"
 
 
+def test_long_samples_are_cut_to_max_length_keeping_the_cue(home, backend, tmp_path):
+    backend.handler = lambda body: dist_reply({"4": 1.0})
+    rows = [{"instruction": "Summarise.", "output": "word " * 2000}, *alpaca(1)]
+    data = write_jsonl(tmp_path / "a.jsonl", rows)
+    r = run_cli(home, data, "-o", tmp_path / "s.jsonl", "--max-length", 64, "--concurrency", 1)
+    assert r.exit_code == 0, r.stderr
+    assert "1 prompts were longer than max_length 64" in r.stderr
+    long, short = (q.body["prompt"] for q in backend.requests)
+    assert re.search(r"\nResponse: (word ?)+\nThe answer is:$", long)
+    assert long.startswith(load_templates()[0])
+    assert len(long.encode()) <= 64 * 4  # offline the daemon counts 4 bytes a token
+    assert short.endswith("Response: Answer 1 done.\nThe answer is:")
+
+
 def test_absent_ratings_are_bounded_and_counted(home, backend, tmp_path):
     backend.handler = lambda body: dist_reply({"5": 0.6, "4": 0.3, "Hello": 0.05})
     data = write_jsonl(tmp_path / "a.jsonl", alpaca(1))

@@ -27,7 +27,7 @@ def default_output(dataset: Path) -> Path:
 @click.option("--alpha", type=float, help="Penalty on the std across prompts (default 0.2).")
 @click.option("--rp-file", help="Rating-prompt file, one template per line.")
 @click.option("--model", help="Model id (openai) or local model directory (transformers).")
-@click.option("--max-length", type=int, help="Most prompt tokens (transformers).")
+@click.option("--max-length", type=int, help="Most prompt tokens (default 2048).")
 @click.option("--batch-size", type=int, help="Samples per forward pass (transformers).")
 @click.option("--backend", type=click.Choice(["openai", "transformers"]), help="Rater.")
 @click.option("--api", type=click.Choice(["completions", "chat"]), help="OpenAI endpoint.")
@@ -181,8 +181,8 @@ def fingerprint(cfg: Any, settings: Any, templates: list[str]) -> dict:
     local = cfg.backend == "transformers"
     prompts = hashlib.sha256("\n".join(templates).encode()).hexdigest()[:16]
     out = {"backend": cfg.backend, "model": cfg.model if local else openai_model(cfg, settings)}
-    out.update({"k": cfg.k, "alpha": cfg.alpha, "prompts": prompts})
-    out.update({"max_length": cfg.max_length} if local else {"api": cfg.api})
+    out.update({"k": cfg.k, "alpha": cfg.alpha, "prompts": prompts, "max_length": cfg.max_length})
+    out.update({} if local else {"api": cfg.api})
     return out
 
 

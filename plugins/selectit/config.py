@@ -97,7 +97,7 @@ SETTINGS = [
         "selectit_max_length",
         DEFAULTS.max_length,
         "int",
-        "Most prompt tokens (transformers backend); longer samples are cut.",
+        "Most prompt tokens; longer sample text is cut, the answer cue kept.",
         min=16,
     ),
     Setting(

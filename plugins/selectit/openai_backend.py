@@ -7,6 +7,7 @@ on the completions endpoint with the raw prompt (base models) or on chat (instru
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -23,14 +24,36 @@ class OpenAIRater:
 
     def __init__(
         self, llm: Any, model: str, api: str = "completions", top_logprobs: int = 20,
-        concurrency: int = 32,
+        concurrency: int = 32, max_length: int | None = None,
     ) -> None:  # fmt: skip
         self.llm = llm
         self.model = model
         self.api = api
         self.top_logprobs = top_logprobs
         self.concurrency = concurrency
+        self.max_length = max_length
+        self.truncated = 0
         self._gate = asyncio.Semaphore(concurrency)
+
+    def fit(self, prompt: Prompt) -> Prompt:
+        """Cut the sample text of a prompt longer than max_length tokens, never the answer cue.
+
+        The server's tokenizer is unknown here, so tokens are counted the daemon's way
+        (tiktoken, or 4 bytes a token offline): a guard against context-length errors that
+        would stop a run at the same sample every time, not an exact count.
+        """
+        from daemon import tokens
+
+        if self.max_length is None or tokens.count(prompt.text, self.model) <= self.max_length:
+            return prompt
+        room = max(1, self.max_length - tokens.count(prompt.tail, self.model))
+        enc = tokens.encoding_for(self.model)
+        if enc is not None:
+            head = enc.decode(enc.encode(prompt.head, disallowed_special=())[:room])
+        else:
+            head = prompt.head.encode("utf-8")[: room * 4].decode("utf-8", "ignore")
+        self.truncated += 1
+        return Prompt(head, prompt.tail)
 
     async def rate(self, prompt: Prompt) -> Rating:
         """The rating distribution of one prompt."""
@@ -38,7 +61,7 @@ class OpenAIRater:
             while True:
                 asked = self.top_logprobs
                 try:
-                    response = await self._request(prompt.text, asked)
+                    response = await self._request(self.fit(prompt).text, asked)
                     break
                 except BackendError as e:
                     if not self._refused_logprobs(e, asked):
@@ -57,6 +80,7 @@ class OpenAIRater:
 
         todo = iter(enumerate(prompt_lists))
         pending: set[asyncio.Task] = set()
+        before = self.truncated
         try:
             while True:
                 # Keep enough samples in flight to fill every request slot, but no more.
@@ -78,6 +102,12 @@ class OpenAIRater:
                 task.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
+            if self.truncated > before:
+                print(
+                    f"selectit: {self.truncated - before} prompts were longer than max_length "
+                    f"{self.max_length}; their sample text was cut (the answer cue kept).",
+                    file=sys.stderr,
+                )
 
     async def _request(self, text: str, top: int) -> Any:
         if self.api == "chat":

@@ -26,7 +26,7 @@ def make_openai_rater(cfg: Config, settings: Any, llm: Any = None) -> Any:
             settings["llm_max_retries"],
             model,
         )
-    return OpenAIRater(llm, model, cfg.api, cfg.top_logprobs, cfg.concurrency)
+    return OpenAIRater(llm, model, cfg.api, cfg.top_logprobs, cfg.concurrency, cfg.max_length)
 
 
 def make_transformers_rater(cfg: Config, sort_by_length: bool = True) -> Any:
