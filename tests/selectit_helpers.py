@@ -30,7 +30,7 @@ def write_jsonl(path: Path, rows: list) -> Path:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line]
 
 
 def alpaca(n: int, start: int = 1) -> list[dict]:

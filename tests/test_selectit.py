@@ -537,6 +537,19 @@ def test_dataset_units():
     assert (s.instruction, s.output) == ("u", "a")
 
 
+def test_raw_unicode_line_separators_inside_records(home, backend, tmp_path):
+    backend.handler = task_handler
+    record = {"id": "u\u2028", "instruction": "Do task 3.", "output": "a\u2028b\x0cc\u0085d"}
+    data = tmp_path / "a.jsonl"
+    data.write_text(json.dumps(record, ensure_ascii=False) + "\r\n", encoding="utf-8")
+    out = tmp_path / "s.jsonl"
+    assert run_cli(home, data, "-o", out).exit_code == 0
+    assert run_cli(home, data, "-o", out).exit_code == 0  # the resume reads its own file back
+    assert read_jsonl(out) == [{"id": "u\u2028", "score": pytest.approx(expected_task_score(3))}]
+    assert len(backend.requests) == 1
+    assert "Response: a\u2028b\x0cc\u0085d\n" in backend.requests[0].body["prompt"]
+
+
 def test_reading_a_dataset_keeps_string_and_int_ids_apart(tmp_path):
     data = write_jsonl(
         tmp_path / "a.jsonl",

@@ -101,7 +101,8 @@ def read_dataset(
 
 def _read_lines(file: Path, text: str, fields: dict[str, str], skip_bad: bool) -> Dataset:
     samples, bad = [], []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # split("\n"), not splitlines(): JSON strings may hold U+2028 and other line breaks raw.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:

@@ -57,11 +57,12 @@ class OpenAIRater:
 
     async def rate(self, prompt: Prompt) -> Rating:
         """The rating distribution of one prompt."""
+        text = self.fit(prompt).text
         async with self._gate:
             while True:
                 asked = self.top_logprobs
                 try:
-                    response = await self._request(self.fit(prompt).text, asked)
+                    response = await self._request(text, asked)
                     break
                 except BackendError as e:
                     if not self._refused_logprobs(e, asked):
@@ -95,7 +96,7 @@ class OpenAIRater:
                 failed = [t.exception() for t in done if t.exception() is not None]
                 if failed:
                     raise failed[0]
-                for result in sorted(t.result() for t in done):
+                for result in sorted((t.result() for t in done), key=lambda r: r[0]):
                     yield result
         finally:
             for task in pending:

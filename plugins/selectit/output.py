@@ -42,7 +42,7 @@ class ScoresFile:
             raise LmdError(
                 f"The output file {self.path} is not a scores file (not UTF-8); give another -o."
             ) from None
-        for number, line in enumerate(text.splitlines(), start=1):
+        for number, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue
             try:

@@ -63,7 +63,7 @@ def load_templates(path: str | Path | None = None) -> list[str]:
             f"The rating-prompt file {file} is not UTF-8 (bad byte at position {e.start}); "
             "save it as UTF-8."
         ) from None
-    templates = [line.strip() for line in text.splitlines() if line.strip()]
+    templates = [line.strip() for line in text.split("\n") if line.strip()]
     if not templates:
         raise LmdError(f"The rating-prompt file {file} is empty; write one rating prompt per line.")
     return templates
