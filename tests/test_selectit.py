@@ -104,6 +104,28 @@ def test_token_score_between_one_and_five(masses):
     assert 1 - 1e-9 <= s <= 5 + 1e-9
 
 
+TOKENS = st.sampled_from(["1", " 2", "\u25813", "\u01204", "\uff15", "5", "The", "A", "\n"])
+
+
+@given(st.lists(st.tuples(TOKENS, st.floats(1e-6, 1.0)), min_size=1, max_size=8))
+def test_bounded_distributions_are_distributions(top):
+    total = sum(p for _, p in top)
+    top = [(t, math.log(p / max(total, 1.0))) for t, p in top]  # listed mass at most 1
+    r = scoring.rating_from_logprobs(top)
+    assert math.fsum(r.probs) == pytest.approx(1.0)
+    assert all(0 <= p <= 1 for p in r.probs) and 1 - 1e-9 <= r.score <= 5 + 1e-9
+    listed = {scoring.rating_of(t) for t, _ in top} - {None}
+    assert r.absent == 5 - len(listed)
+    if r.absent < 5:  # a bounded rating never outweighs the least likely listed token
+        least = min(math.exp(lp) for _, lp in top)
+        raw = {scoring.rating_of(t): 0.0 for t, _ in top}
+        for t, lp in top:
+            raw[scoring.rating_of(t)] += math.exp(lp)
+        scale = max(raw[x] for x in listed) / max(r.probs[x - 1] for x in listed)
+        for x in set(range(1, 6)) - listed:
+            assert r.probs[x - 1] * scale <= least + 1e-12
+
+
 # -- prompts -----------------------------------------------------------------------------------
 def test_prompt_layout_and_builtin_templates():
     p = build_prompt("Rate it.", "Add 2 and 2.", "4", input="numbers")
