@@ -87,6 +87,7 @@ def test_batched_scores_equal_a_direct_computation(kind, sp_tok, bpe_tok):
     ]
     prompts = [build_prompt(t, i, o) for i, o in samples for t in templates]
     rater = TransformersRater(model, tok, batch_size=2, max_length=2048)
+    assert rater.last_only == {"logits_to_keep": 1}  # no batch x length x vocab logits
     ratings = rater.rate_prompts(prompts, group=3)
     assert rater.forward_passes == 2 and rater.padded_tokens > 0  # left padding really happened
     for prompt, rating in zip(prompts, ratings, strict=True):

@@ -93,6 +93,18 @@ def load_model(path: str, device: str = "auto") -> tuple[Any, Any]:
     return model, tokenizer
 
 
+def _last_logits_kwarg(model: Any) -> dict:
+    """Ask for the last position's logits only, where the model can (batch x length x vocab
+    logits of a 128k vocabulary would take gigabytes for one batch)."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    for name in ("logits_to_keep", "num_logits_to_keep"):
+        if name in params:
+            return {name: 1}
+    return {}
+
+
 class TransformersRater:
     """Rates prompts with a local model, `batch_size` samples (times k prompts) per pass."""
 
@@ -110,6 +122,7 @@ class TransformersRater:
         if pad is None:
             pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
         self.pad_id = pad
+        self.last_only = _last_logits_kwarg(model)
         self.truncated = 0
         self.forward_passes = 0
         self.padded_tokens = 0
@@ -176,6 +189,7 @@ class TransformersRater:
                 input_ids=input_ids.to(device),
                 attention_mask=mask.to(device),
                 position_ids=positions.to(device),
+                **self.last_only,
             ).logits[:, -1, :]
         probs = torch.softmax(logits.float(), dim=-1)[:, self.ids].cpu().tolist()
         self.forward_passes += 1
