@@ -1,6 +1,6 @@
 """Tiny causal LMs and tokenizers built in memory (no downloads), for SelectIT's local backend.
 
-Two tokenizers, as real models have them: a byte-level BPE (GPT-2/Llama-3 style, " 3" is one
+Two tokenizers, as real models have them: a byte-level BPE (GPT-2 style, " 3" is one
 token "Ġ3") and a SentencePiece-like one (Llama-2/Mistral style: Metaspace "▁" and digits split
 off, so " 3" is ["▁", "3"]).
 """

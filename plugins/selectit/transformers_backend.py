@@ -22,10 +22,11 @@ def rating_token_ids(tokenizer: Any) -> tuple[list[int], list[int]]:
     """The token ids the model emits for "1".."5" right after "The answer is:".
 
     Encoding "The answer is: 3" and removing the encoding of "The answer is:" leaves what the
-    model must generate. Byte-level BPE gives one token ("Ġ3"). SentencePiece vocabularies
-    that split digits give two, ["▁", "3"]: the shared "▁" is a bridge, appended to every
-    prompt, and the digit after it is the rating token. (The common `encode("1")[0]` returns
-    that "▁" for all five ratings.) Returns (the five ids, the bridge ids).
+    model must generate. GPT-2-style byte-level BPE gives one token ("Ġ3"). SentencePiece
+    vocabularies that split digits give two, ["▁", "3"] (Llama-3's pre-tokenizer: ["Ġ", "3"]):
+    the shared space token is a bridge, appended to every prompt, and the digit after it is
+    the rating token. (The common `encode("1")[0]` returns that "▁" for all five ratings.)
+    Returns (the five ids, the bridge ids).
     """
     base = tokenizer.encode(ANSWER_CUE, add_special_tokens=False)
     ids, bridges = [], set()
