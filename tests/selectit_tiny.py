@@ -46,6 +46,37 @@ def byte_level_tokenizer():
     )
 
 
+# Llama-3's pre-tokenizer pattern: digits are split off in groups of up to three, without the
+# space before them, so " 3" becomes "Ġ" and "3".
+LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def llama3_like_tokenizer():
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=700,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<|begin_of_text|>"],
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus(), trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>",
+                                   eos_token="<|begin_of_text|>")  # fmt: skip
+
+
 def sentencepiece_like_tokenizer(digits: str = "0123456789"):
     """Metaspace "▁" with individually split digits; a BOS is added like Llama-2's."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers

@@ -12,6 +12,7 @@ from selectit_tiny import (  # noqa: E402
     byte_level_tokenizer,
     gpt2,
     llama,
+    llama3_like_tokenizer,
     sentencepiece_like_tokenizer,
 )
 
@@ -63,6 +64,17 @@ def test_rating_ids_byte_level(bpe_tok):
     ids, bridge = rating_token_ids(bpe_tok)
     assert bpe_tok.convert_ids_to_tokens(ids) == ["Ġ1", "Ġ2", "Ġ3", "Ġ4", "Ġ5"]
     assert bridge == []
+
+
+def test_rating_ids_when_digits_split_from_the_space():
+    tok = llama3_like_tokenizer()
+    ids, bridge = rating_token_ids(tok)
+    assert tok.convert_ids_to_tokens(ids) == ["1", "2", "3", "4", "5"]
+    assert tok.convert_ids_to_tokens(bridge) == ["Ġ"]
+    model = llama(len(tok))
+    prompt = build_prompt("Rate it.", "Say hi.", "Hi.")
+    (rating,) = TransformersRater(model, tok).rate_prompts([prompt])
+    assert list(rating.probs) == pytest.approx(direct(model, tok, prompt.text), abs=1e-5)
 
 
 def test_rating_missing_from_the_vocabulary_is_refused():
