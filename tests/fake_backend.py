@@ -59,7 +59,7 @@ class Reply:
 class Recorded:
     method: str
     path: str
-    headers: dict[str, str]
+    headers: Any  # an http.client.HTTPMessage: case-insensitive, headers["authorization"]
     body: Any  # parsed JSON, or the raw text when not JSON
 
 
@@ -73,6 +73,7 @@ class FakeBackend:
         self.handler: Callable[[dict], Reply | str | None] | None = None
         self.reject_n = False  # answer 400 to n > 1, as llama.cpp and Ollama do
         self.no_logprobs = False  # ignore logprobs requests, as some servers do
+        self.ignore_n = False  # answer n > 1 with one choice, as some servers do
         self.latency = 0.0  # added to every reply
         self._queue: deque[Reply] = deque()
         self._lock = threading.Lock()
@@ -89,8 +90,6 @@ class FakeBackend:
             owner = backend
 
         server = _Server(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        server.request_queue_size = 256
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, daemon=True)
         self._thread.start()
@@ -144,17 +143,16 @@ class FakeBackend:
 
 
 class _Server(ThreadingHTTPServer):
-    # The listen backlog is fixed when the socket opens, so it must be a class attribute:
-    # set on the instance afterwards, 30 simultaneous connects overflow the default of 5.
     daemon_threads = True
-    request_queue_size = 256
+    request_queue_size = 512  # listen() backlog: the default 5 drops bursts of connections
 
 
 class _Handler(BaseHTTPRequestHandler):
     owner: FakeBackend
     protocol_version = "HTTP/1.1"
-    # Headers and body go out in separate writes; with Nagle on, the body waits for the
-    # client's delayed ACK and every reply gains ~40 ms on keep-alive connections.
+    # Buffer writes and disable Nagle: headers and body leave in one segment, so no client
+    # waits on a delayed ACK (that cost 40 ms a request).
+    wbufsize = 1 << 16
     disable_nagle_algorithm = True
 
     def log_message(self, *args: Any) -> None:  # keep test output clean
@@ -186,9 +184,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _record(self, body: Any) -> None:
         with self.owner._lock:
-            self.owner.requests.append(
-                Recorded(self.command, self.path, dict(self.headers.items()), body)
-            )
+            self.owner.requests.append(Recorded(self.command, self.path, self.headers, body))
 
     def _answer(self, body: Any) -> None:
         path = self.path.rstrip("/")
@@ -200,6 +196,8 @@ class _Handler(BaseHTTPRequestHandler):
         n = int(body.get("n") or 1)
         if n > 1 and self.owner.reject_n:
             return self._send_json(400, _error("n > 1 is not supported", "invalid_request_error"))
+        if self.owner.ignore_n:
+            n = 1
         replies = [self.owner.next_reply(body) for _ in range(n)]
         first = replies[0]
         wait = first.delay + self.owner.latency
