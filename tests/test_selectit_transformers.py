@@ -112,6 +112,20 @@ def test_batched_scores_equal_a_direct_computation(kind, sp_tok, bpe_tok):
         assert a.probs == pytest.approx(b.probs, abs=1e-5)
 
 
+def test_a_stopped_rater_quits_between_batches(sp_tok):
+    import asyncio
+
+    import threading
+
+    rater = TransformersRater(llama(len(sp_tok)), sp_tok, batch_size=1)
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(asyncio.CancelledError):
+        rater.rate_prompts([build_prompt("Rate.", "a", "b")] * 3, stop=stop)
+    assert rater.forward_passes == 0
+    assert len(rater.rate_prompts([build_prompt("Rate.", "a", "b")] * 3)) == 3
+
+
 def test_long_samples_are_cut_but_keep_the_answer_cue(sp_tok):
     model = llama(len(sp_tok))
     rater = TransformersRater(model, sp_tok, batch_size=4, max_length=40)

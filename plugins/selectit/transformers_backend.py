@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -158,8 +159,13 @@ class TransformersRater:
         self.truncated += 1
         return tok.encode(prompt.head)[:room] + tail
 
-    def rate_prompts(self, prompts: Sequence[Prompt], group: int = 1) -> list[Rating]:
-        """Ratings in input order; `group` prompts per sample sets the batch (batch_size*k)."""
+    def rate_prompts(
+        self, prompts: Sequence[Prompt], group: int = 1, stop: threading.Event | None = None
+    ) -> list[Rating]:
+        """Ratings in input order; `group` prompts per sample sets the batch (batch_size*k).
+
+        Setting `stop` (from another thread) ends the work after the current batch.
+        """
         encoded = [self.encode(p) for p in prompts]
         order = list(range(len(encoded)))
         if self.sort_by_length:
@@ -167,6 +173,8 @@ class TransformersRater:
         size = max(1, self.batch_size * group)
         out: list[Rating | None] = [None] * len(encoded)
         for start in range(0, len(order), size):
+            if stop is not None and stop.is_set():
+                raise asyncio.CancelledError
             chunk = order[start : start + size]
             for i, rating in zip(chunk, self.forward([encoded[i] for i in chunk]), strict=True):
                 out[i] = rating
@@ -207,7 +215,12 @@ class TransformersRater:
             chunk = prompt_lists[start : start + window]
             group = max(len(p) for p in chunk)
             flat = [p for prompts in chunk for p in prompts]
-            ratings = await asyncio.to_thread(self.rate_prompts, flat, group)
+            stop = threading.Event()
+            try:
+                ratings = await asyncio.to_thread(self.rate_prompts, flat, group, stop)
+            except asyncio.CancelledError:
+                stop.set()  # Ctrl-C: asyncio.run waits for the thread, so let it end soon
+                raise
             pos = 0
             for offset, prompts in enumerate(chunk):
                 yield start + offset, ratings[pos : pos + len(prompts)]
