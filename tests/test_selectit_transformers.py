@@ -114,7 +114,6 @@ def test_batched_scores_equal_a_direct_computation(kind, sp_tok, bpe_tok):
 
 def test_a_stopped_rater_quits_between_batches(sp_tok):
     import asyncio
-
     import threading
 
     rater = TransformersRater(llama(len(sp_tok)), sp_tok, batch_size=1)
