@@ -74,7 +74,7 @@ def bench_a(samples: int, k: int, latency: float, concurrency: int) -> None:
     from daemon.cli import cli
 
     proc, url = start_server(latency)
-    n_raw = min(samples * k, 2000)
+    n_raw = min(samples * k, 1000)
     try:
         # The raw ceiling before and after selectit: the machine's load may change meanwhile.
         raw_before = asyncio.run(raw_ceiling(url, n_raw, concurrency))
