@@ -409,6 +409,19 @@ def test_default_output_path_and_selection(home, backend, tmp_path):
     assert json.loads((tmp_path / "best.json").read_text())[0] == alpaca(10)[3]
 
 
+def test_outputs_never_overwrite_the_dataset(home, backend, tmp_path):
+    data = write_jsonl(tmp_path / "a.v2.jsonl", alpaca(2))
+    before = data.read_bytes()
+    r = run_cli(home, data, "-o", data)
+    assert r.exit_code == 1 and "is the dataset itself" in r.stderr
+    r = run_cli(home, data, "--top", 0.5, "--select-out", tmp_path / "a.v2.selectit.jsonl")
+    assert r.exit_code == 1 and "would overwrite the dataset or the scores" in r.stderr
+    assert data.read_bytes() == before and not backend.requests
+    backend.handler = task_handler
+    assert run_cli(home, data).exit_code == 0
+    assert len(read_jsonl(tmp_path / "a.v2.selectit.jsonl")) == 2  # the default -o
+
+
 def test_line_ids_and_skip_bad_lines(home, backend, tmp_path):
     backend.handler = task_handler
     data = tmp_path / "a.jsonl"

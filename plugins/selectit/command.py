@@ -16,7 +16,24 @@ from daemon.errors import LmdError
 
 def default_output(dataset: Path) -> Path:
     """alpaca.jsonl -> alpaca.selectit.jsonl, beside the input."""
-    return dataset.with_name(dataset.name.split(".")[0] + ".selectit.jsonl")
+    name = dataset.name
+    for suffix in (".jsonl", ".json"):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return dataset.with_name(name + ".selectit.jsonl")
+
+
+def check_paths(dataset: Path, output: Path, select_out: Path | None) -> None:
+    """Never write scores or a selection over the dataset, or a selection over the scores."""
+    same = dataset.resolve()
+    if output.resolve() == same:
+        raise LmdError(f"The output {output} is the dataset itself; give another -o.")
+    if select_out is not None and select_out.resolve() in (same, output.resolve()):
+        raise LmdError(
+            f"--select-out {select_out} would overwrite the dataset or the scores; give "
+            "another file."
+        )
 
 
 @click.command("selectit")
@@ -71,8 +88,9 @@ def run(**o: Any) -> int:
     if o["top_fraction"] is not None and not 0 < o["top_fraction"] <= 1:
         raise LmdError(f"--top must be a fraction above 0 and at most 1, not {o['top_fraction']}.")
     if (o["top_fraction"] is None) != (o["select_out"] is None):
-        raise LmdError("--top and --select-out go together: give both, e.g. --top 0.2 "
-                       "--select-out best.jsonl.")  # fmt: skip
+        raise LmdError(
+            "--top and --select-out go together: give both, e.g. --top 0.2 --select-out best.jsonl."
+        )
     _, store, settings = open_daemon_state(o["home"])
     store.close()
     file_values = load_yaml(o["config_file"]) if o["config_file"] else {}
@@ -91,6 +109,7 @@ def run(**o: Any) -> int:
             err=True,
         )
     output = o["output"] or default_output(o["dataset"])
+    check_paths(o["dataset"], output, o["select_out"])
     scores = ScoresFile(output)
     before = len(scores.load())
     scores.check_run(fingerprint(cfg, settings, all_templates))
@@ -99,8 +118,9 @@ def run(**o: Any) -> int:
     started = time.monotonic()
     stats = {"scored": 0, "bounded": 0, "unrated": 0}
     try:
-        asyncio.run(score_into(todo, templates, cfg, settings, scores, o["details"], progress,
-                               stats))  # fmt: skip
+        asyncio.run(
+            score_into(todo, templates, cfg, settings, scores, o["details"], progress, stats)
+        )
     except KeyboardInterrupt:
         scores.close()
         click.echo(
@@ -143,9 +163,15 @@ def run(**o: Any) -> int:
 
 
 async def score_into(
-    todo: list, templates: list[str], cfg: Any, settings: Any, scores: Any, details: bool,
-    progress: bool, stats: dict,
-) -> None:  # fmt: skip
+    todo: list,
+    templates: list[str],
+    cfg: Any,
+    settings: Any,
+    scores: Any,
+    details: bool,
+    progress: bool,
+    stats: dict,
+) -> None:
     """Score `todo` and append each result to `scores` as soon as it is ready."""
     from tqdm import tqdm
 

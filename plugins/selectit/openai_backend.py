@@ -23,9 +23,14 @@ class OpenAIRater:
     """Rates prompts through a daemon.llm.LLM, at most `concurrency` requests at a time."""
 
     def __init__(
-        self, llm: Any, model: str, api: str = "completions", top_logprobs: int = 20,
-        concurrency: int = 32, max_length: int | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        llm: Any,
+        model: str,
+        api: str = "completions",
+        top_logprobs: int = 20,
+        concurrency: int = 32,
+        max_length: int | None = None,
+    ) -> None:
         self.llm = llm
         self.model = model
         self.api = api

@@ -59,8 +59,10 @@ async def selectit_route(request: Any) -> Any:
         raise LmdError("The list of records is empty; send at least one record.")
     for number, record in enumerate(records, start=1):
         if not isinstance(record, dict):
-            raise LmdError(f"Record {number} is not a JSON object; send objects with "
-                           '"instruction" and "output".')  # fmt: skip
+            raise LmdError(
+                f"Record {number} is not a JSON object; send objects with "
+                '"instruction" and "output".'
+            )
     details = options.pop("details", False)
     if not isinstance(details, bool):
         raise LmdError('"details" must be true or false.')

@@ -111,9 +111,13 @@ class TransformersRater:
     """Rates prompts with a local model, `batch_size` samples (times k prompts) per pass."""
 
     def __init__(
-        self, model: Any, tokenizer: Any, batch_size: int = 8, max_length: int = 2048,
+        self,
+        model: Any,
+        tokenizer: Any,
+        batch_size: int = 8,
+        max_length: int = 2048,
         sort_by_length: bool = True,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -139,8 +143,10 @@ class TransformersRater:
         except LmdError as e:
             if not fallback:
                 raise
-            print(f"selectit: warning: {e.message} Using the fallback model {fallback!r}.",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"selectit: warning: {e.message} Using the fallback model {fallback!r}.",
+                file=sys.stderr,
+            )
             model, tokenizer = load_model(fallback, device)
         return cls(model, tokenizer, **kw)
 
