@@ -139,6 +139,30 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_cache', 'true');
 
 
 -- == selectit ==
+-- Where SelectIT gets rating probabilities: openai (any OpenAI-compatible server with logprobs) or transformers (a local model).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_backend', 'openai');
+-- OpenAI backend endpoint: completions (raw prompt, base models) or chat (instruct models).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_api', 'completions');
+-- Model id for the openai backend (empty = openai_model) or a local model directory for transformers.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_model', '');
+-- Rating-prompt file, one template per line (empty = the built-in prompts).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_rp_file', '');
+-- Rating prompts per sample (k); k > 1 adds the consistency penalty.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_k', '1');
+-- alpha: penalty on the standard deviation across the k prompts.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_alpha', '0.2');
+-- Most prompt tokens; longer sample text is cut, the answer cue kept (openai backend: tokens counted the daemon's way).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_max_length', '2048');
+-- Samples per forward pass (transformers backend).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_batch_size', '8');
+-- Requests in flight at once (openai backend).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_concurrency', '32');
+-- Top logprobs asked of the server (lowered to 5 if the server refuses).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_top_logprobs', '20');
+-- Torch device for the transformers backend (auto = cuda when available, else cpu).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_device', 'auto');
+-- Local model loaded, with a warning, when the transformers model fails to load (empty = stop with an error).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_fallback_model', '');
 
 
 

@@ -1,0 +1,191 @@
+"""Rating probabilities from any OpenAI-compatible server that returns logprobs.
+
+One request per rating prompt: `max_tokens` 1 and the top logprobs of that one token, either
+on the completions endpoint with the raw prompt (base models) or on chat (instruct models).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from daemon.errors import BackendError
+
+from .prompts import Prompt
+from .scoring import Rating, rating_from_logprobs
+
+FALLBACK_TOP_LOGPROBS = 5  # what OpenAI's completions endpoint allows at most
+
+
+class OpenAIRater:
+    """Rates prompts through a daemon.llm.LLM, at most `concurrency` requests at a time."""
+
+    def __init__(
+        self,
+        llm: Any,
+        model: str,
+        api: str = "completions",
+        top_logprobs: int = 20,
+        concurrency: int = 32,
+        max_length: int | None = None,
+    ) -> None:
+        self.llm = llm
+        self.model = model
+        self.api = api
+        self.top_logprobs = top_logprobs
+        self.concurrency = concurrency
+        self.max_length = max_length
+        self.truncated = 0
+        self._gate = asyncio.Semaphore(concurrency)
+
+    def fit(self, prompt: Prompt) -> Prompt:
+        """Cut the sample text of a prompt longer than max_length tokens, never the answer cue.
+
+        The server's tokenizer is unknown here, so tokens are counted the daemon's way
+        (tiktoken, or 4 bytes a token offline): a guard against context-length errors that
+        would stop a run at the same sample every time, not an exact count.
+        """
+        from daemon import tokens
+
+        if self.max_length is None or tokens.count(prompt.text, self.model) <= self.max_length:
+            return prompt
+        room = max(1, self.max_length - tokens.count(prompt.tail, self.model))
+        enc = tokens.encoding_for(self.model)
+        if enc is not None:
+            head = enc.decode(enc.encode(prompt.head, disallowed_special=())[:room])
+        else:
+            head = prompt.head.encode("utf-8")[: room * 4].decode("utf-8", "ignore")
+        self.truncated += 1
+        return Prompt(head, prompt.tail)
+
+    async def rate(self, prompt: Prompt) -> Rating:
+        """The rating distribution of one prompt."""
+        text = self.fit(prompt).text
+        async with self._gate:
+            while True:
+                asked = self.top_logprobs
+                try:
+                    response = await self._request(text, asked)
+                    break
+                except BackendError as e:
+                    if not self._refused_logprobs(e, asked):
+                        raise
+                    # The server caps top logprobs (OpenAI completions: 5); ask for fewer.
+                    self.top_logprobs = min(self.top_logprobs, FALLBACK_TOP_LOGPROBS)
+        return rating_from_logprobs(self._top_tokens(response))
+
+    async def rate_samples(
+        self, prompt_lists: Sequence[Sequence[Prompt]]
+    ) -> AsyncIterator[tuple[int, list[Rating]]]:
+        """(index, ratings) for each sample as soon as all its prompts are rated."""
+
+        async def one(i: int, prompts: Sequence[Prompt]) -> tuple[int, list[Rating]]:
+            return i, list(await asyncio.gather(*(self.rate(p) for p in prompts)))
+
+        todo = iter(enumerate(prompt_lists))
+        pending: set[asyncio.Task] = set()
+        before = self.truncated
+        try:
+            while True:
+                # Keep enough samples in flight to fill every request slot, but no more.
+                while len(pending) < self.concurrency:
+                    nxt = next(todo, None)
+                    if nxt is None:
+                        break
+                    pending.add(asyncio.ensure_future(one(*nxt)))
+                if not pending:
+                    return
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                failed = [t.exception() for t in done if t.exception() is not None]
+                if failed:
+                    raise failed[0]
+                for result in sorted((t.result() for t in done), key=lambda r: r[0]):
+                    yield result
+        finally:
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            if self.truncated > before:
+                print(
+                    f"selectit: {self.truncated - before} prompts were longer than max_length "
+                    f"{self.max_length}; their sample text was cut (the answer cue kept).",
+                    file=sys.stderr,
+                )
+
+    async def _request(self, text: str, top: int) -> Any:
+        if self.api == "chat":
+            return await self.llm.complete(
+                [{"role": "user", "content": text}],
+                model=self.model,
+                max_tokens=1,
+                temperature=0,
+                logprobs=True,
+                top_logprobs=top,
+            )
+        return await self.llm.completion(
+            text, model=self.model, max_tokens=1, temperature=0, logprobs=top
+        )
+
+    def _refused_logprobs(self, e: BackendError, asked: int) -> bool:
+        said = f"{e.message} {e.detail or ''}".lower()
+        return asked > FALLBACK_TOP_LOGPROBS and "http 400" in said and "logprob" in said
+
+    def _top_tokens(self, response: Any) -> list[tuple[str, float]]:
+        """[(token, logprob)] of the first generated position, the chosen token included.
+
+        Reads the chat shape (`content[0].top_logprobs`) and the legacy completions shape
+        (`top_logprobs[0]` a dict) on either endpoint: llama.cpp's server answers completions
+        in the chat shape.
+        """
+        choice = response.choices[0] if getattr(response, "choices", None) else None
+        logprobs = _get(choice, "logprobs") if choice is not None else None
+        pairs: list[tuple[str, float]] = []
+        content = _get(logprobs, "content")
+        if content:
+            first = content[0]
+            pairs = [
+                (_get(t, "token"), _get(t, "logprob")) for t in _get(first, "top_logprobs") or []
+            ]
+            chosen = [(_get(first, "token"), _get(first, "logprob"))]
+        else:
+            tops = _get(logprobs, "top_logprobs") or []
+            if tops and isinstance(tops[0], dict):
+                pairs = list(tops[0].items())
+            tokens, lps = _get(logprobs, "tokens") or [], _get(logprobs, "token_logprobs") or []
+            chosen = [(tokens[0], lps[0])] if tokens and lps else []
+        listed = {t for t, _ in pairs}
+        pairs += [(t, lp) for t, lp in chosen if t not in listed and isinstance(t, str)]
+        pairs = [(t, lp) for t, lp in pairs if isinstance(t, str) and isinstance(lp, int | float)]
+        if not pairs:
+            raise BackendError(
+                f"The server at {self.llm.url} answered without logprobs (model {self.model}, "
+                f"its reply: {self._reply_text(choice)!r}); SelectIT needs a server that returns "
+                "logprobs, such as vLLM, SGLang or the llama.cpp server.",
+                detail={"reply": self._reply_text(choice)},
+            )
+        return pairs
+
+    def _reply_text(self, choice: Any) -> str:
+        if choice is None:
+            return ""
+        message = getattr(choice, "message", None)
+        text = getattr(message, "content", None) if message is not None else None
+        if text is None:
+            text = getattr(choice, "text", None)
+        return (text or "")[:200]
+
+
+def _get(obj: Any, name: str) -> Any:
+    """A field of an SDK object or of a plain dict (fields the SDK does not know stay dicts)."""
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(name)
+    value = getattr(obj, name, None)
+    if value is None:
+        extra = getattr(obj, "model_extra", None) or {}
+        value = extra.get(name)
+    return value

@@ -1,0 +1,125 @@
+"""The scores file: appended line by line as results arrive, resumable, put in input order.
+
+Lines are written in the order samples finish (so an interrupt loses nothing already scored);
+at the end the file is rewritten in input order, so a resumed run ends with exactly the file
+an uninterrupted run writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO, Any
+
+from daemon.errors import LmdError
+
+from .datasets import id_key
+
+
+class ScoresFile:
+    """An append-only JSONL file of {"id", "score", ...} records keyed by id."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.done: dict[str, dict] = {}
+        self._fh: IO[str] | None = None
+
+    def load(self) -> dict[str, dict]:
+        """Records already scored; a torn last line (a crash mid-write) is cut off."""
+        if not self.path.exists():
+            return self.done
+        raw = self.path.read_bytes()
+        if raw and not raw.endswith(b"\n"):
+            cut = raw.rfind(b"\n") + 1
+            with self.path.open("r+b") as fh:
+                fh.truncate(cut)
+            raw = raw[:cut]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise LmdError(
+                f"The output file {self.path} is not a scores file (not UTF-8); give another -o."
+            ) from None
+        for number, line in enumerate(text.split("\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                row = None
+            if not isinstance(row, dict) or "id" not in row or "score" not in row:
+                raise LmdError(
+                    f"Line {number} of the output file {self.path} is not a score record; "
+                    "give another -o, or delete the file to start over."
+                )
+            self.done[id_key(row["id"])] = row
+        return self.done
+
+    @property
+    def meta_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".meta.json")
+
+    def check_run(self, fingerprint: dict) -> None:
+        """Refuse to resume scores made with other settings; then remember this run's."""
+        old = None
+        if self.done and self.meta_path.exists():
+            try:
+                old = json.loads(self.meta_path.read_text(encoding="utf-8"))
+            except (ValueError, OSError):
+                old = None
+        if isinstance(old, dict):
+            changed = [
+                f"{key} {old[key]!r} then, {value!r} now"
+                for key, value in fingerprint.items()
+                if key in old and old[key] != value
+            ]
+            if changed:
+                raise LmdError(
+                    f"{self.path} was started with other settings ({'; '.join(changed)}); use "
+                    f"another -o, or delete it and {self.meta_path.name} to start over."
+                )
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.meta_path.with_name(self.meta_path.name + ".tmp")
+        tmp.write_text(json.dumps(fingerprint, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, self.meta_path)
+
+    def append(self, row: dict) -> None:
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = self.path.open("a", encoding="utf-8")
+        self._fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        self._fh.flush()
+        self.done[id_key(row["id"])] = row
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def put_in_order(self, keys: Iterable[str]) -> None:
+        """Rewrite the file in the given id order (ids not listed keep their place at the end)."""
+        self.close()
+        order = list(keys)
+        rows = [self.done[k] for k in order if k in self.done]
+        listed = set(order)
+        rows += [row for k, row in self.done.items() if k not in listed]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(tmp, self.path)
+
+
+def write_records(path: str | Path, records: list[Any], as_array: bool) -> None:
+    """The selected original records: a JSON array for .json files, else JSONL."""
+    file = Path(path)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    with file.open("w", encoding="utf-8") as fh:
+        if as_array:
+            json.dump(records, fh, ensure_ascii=False, indent=1)
+            fh.write("\n")
+        else:
+            for r in records:
+                fh.write(json.dumps(r, ensure_ascii=False) + "\n")

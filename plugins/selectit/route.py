@@ -1,0 +1,91 @@
+"""POST /selectit: score one record or a list, with the same code and numbers as the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from daemon.errors import LmdError
+
+OPTION_KEYS = ("k", "alpha", "rp_file", "model", "api", "backend", "top_logprobs", "details")
+OPTION_KEYS += ("fields",)
+
+
+def split_body(body: Any) -> tuple[list, dict, bool]:
+    """(records, options, single) from a record, a list, or {"records": [...], options}."""
+    if isinstance(body, list):
+        return body, {}, False
+    if not isinstance(body, dict):
+        raise LmdError(
+            'Send a JSON record {"instruction": ..., "output": ...}, a list of them, or '
+            '{"records": [...]}.'
+        )
+    if "records" not in body and "record" not in body:
+        return [body], {}, True
+    options = {k: v for k, v in body.items() if k not in ("records", "record")}
+    unknown = sorted(set(options) - set(OPTION_KEYS))
+    if unknown:
+        raise LmdError(f"Unknown option {unknown[0]!r}; the options are {', '.join(OPTION_KEYS)}.")
+    if "record" in body:
+        return [body["record"]], options, True
+    records = body["records"]
+    if not isinstance(records, list):
+        raise LmdError('"records" must be a list of JSON records.')
+    return records, options, False
+
+
+def fields_option(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return ",".join(f"{ours}={theirs}" for ours, theirs in value.items())
+    raise LmdError('"fields" must be like {"instruction": "prompt"} or "instruction=prompt".')
+
+
+async def selectit_route(request: Any) -> Any:
+    from starlette.responses import JSONResponse
+
+    from daemon.app import read_json
+
+    from .config import resolve
+    from .datasets import check_unique, id_key, parse_fields, to_sample
+    from .engine import score_samples
+    from .prompts import choose_templates, load_templates
+    from .raters import make_openai_rater, make_transformers_rater
+
+    daemon = request.app.state.daemon
+    records, options, single = split_body(await read_json(request, daemon))
+    if not records:
+        raise LmdError("The list of records is empty; send at least one record.")
+    for number, record in enumerate(records, start=1):
+        if not isinstance(record, dict):
+            raise LmdError(
+                f"Record {number} is not a JSON object; send objects with "
+                '"instruction" and "output".'
+            )
+    details = options.pop("details", False)
+    if not isinstance(details, bool):
+        raise LmdError('"details" must be true or false.')
+    fields = parse_fields(fields_option(options.pop("fields", None)))
+    settings = daemon.settings()
+    cfg = resolve(settings, {}, options, "in the request")
+    templates = choose_templates(load_templates(cfg.rp_file or None), cfg.k)
+    samples = [to_sample(r, n, fields) for n, r in enumerate(records, start=1)]
+    check_unique(samples, "the request")
+    rater = None
+    if any(s.valid for s in samples):
+        if cfg.backend == "transformers":
+            key = ("selectit_rater", cfg.model, cfg.device, cfg.batch_size, cfg.max_length)
+            rater = daemon.state.get(key)
+            if rater is None:
+                rater = daemon.state[key] = await asyncio.to_thread(make_transformers_rater, cfg)
+        else:
+            rater = make_openai_rater(cfg, settings, daemon.llm(settings))
+    by_key = {}
+    async for result in score_samples(samples, templates, cfg.alpha, rater):
+        by_key[id_key(result.id)] = result.to_json(bool(details))
+    results = [by_key[s.key] for s in samples]
+    if single:
+        return JSONResponse(results[0])
+    missing = sum(not s.valid for s in samples)
+    return JSONResponse({"results": results, "count": len(results), "missing": missing})
