@@ -101,3 +101,9 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('shutdown_grace_secs', '10'
 
 
 -- == clients ==
+
+
+
+-- == reliability ==
+-- Seconds a request body may take to arrive; slower senders (slowloris) get 408 and lose the connection.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('body_read_timeout_secs', '30.0');

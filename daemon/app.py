@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import json
 import logging
 import re
+import sqlite3
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,8 @@ from .turn import Outcome, run_turn
 
 log = logging.getLogger("lmd.app")
 
-SESSION_NAME = re.compile(r"^[\w.:@+-]{1,128}$")
+SESSION_NAME = re.compile(r"[\w.:@+-]{1,128}")  # used with fullmatch: "$" lets "\n" through
+MAX_PROMPT_ID = 2**63 - 1  # SQLite's largest integer; bigger ids overflow the driver
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 
 
@@ -48,8 +52,12 @@ def error_response(request: Request, e: LmdError) -> Response:
     return PlainTextResponse(e.message + "\n", status_code=e.status)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refusing (413) anything over `limit` bytes without reading it all."""
+async def read_body(request: Request, limit: int, deadline_secs: float | None = None) -> bytes:
+    """The body, refusing (413) anything over `limit` bytes without reading it all.
+
+    With `deadline_secs`, a body that trickles in slower than that (slowloris) is refused (408)
+    instead of holding a connection and a session lock forever.
+    """
     declared = request.headers.get("content-length")
     too_large = TooLarge(
         f"The request is larger than {limit} bytes; send less, or raise max_body_bytes."
@@ -57,12 +65,33 @@ async def read_body(request: Request, limit: int) -> bytes:
     if declared and declared.isdigit() and int(declared) > limit:
         raise too_large
     parts, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        parts.append(chunk)
+
+    async def collect() -> None:
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            parts.append(chunk)
+
+    if deadline_secs is None:
+        await collect()
+    else:
+        try:
+            await asyncio.wait_for(collect(), deadline_secs)
+        except TimeoutError:
+            raise LmdError(
+                f"The request body took longer than {deadline_secs:g} seconds to arrive; "
+                "send it in one go.",
+                status=408,
+            ) from None
     return b"".join(parts)
+
+
+async def read_request_body(request: Request, daemon: Daemon) -> bytes:
+    """The body within max_body_bytes and body_read_timeout_secs."""
+    s = daemon.settings()
+    return await read_body(request, s["max_body_bytes"], s["body_read_timeout_secs"])
 
 
 def decode_text(body: bytes) -> str:
@@ -76,7 +105,7 @@ def decode_text(body: bytes) -> str:
 
 async def read_json(request: Request, daemon: Daemon) -> Any:
     """A JSON body within the size limit, or a 400 saying what is wrong."""
-    body = await read_body(request, daemon.settings()["max_body_bytes"])
+    body = await read_request_body(request, daemon)
     text = decode_text(body)
     try:
         return json.loads(text)
@@ -88,7 +117,7 @@ async def read_json(request: Request, daemon: Daemon) -> Any:
 def session_name(request: Request, given: Any = None) -> str:
     name = given or request.headers.get("x-session") or request.query_params.get("session")
     name = name or "default"
-    if not isinstance(name, str) or not SESSION_NAME.match(name):
+    if not isinstance(name, str) or not SESSION_NAME.fullmatch(name):
         raise LmdError(
             "The session name must be 1 to 128 letters, digits or . _ - : @ +; pick another."
         )
@@ -102,7 +131,7 @@ def get_daemon(request: Request) -> Daemon:
 # -- /v1 ------------------------------------------------------------------------------------
 async def v1(request: Request) -> Response:
     daemon = get_daemon(request)
-    body = await read_body(request, daemon.settings()["max_body_bytes"])
+    body = await read_request_body(request, daemon)
     text = decode_text(body)
     given_session = None
     if "json" in request.headers.get("content-type", ""):
@@ -122,7 +151,7 @@ async def v1(request: Request) -> Response:
         raise LmdError("The utterance contains a NUL character; send plain text.")
     name = session_name(request, given_session)
     cwd = request.headers.get("x-cwd") or request.query_params.get("cwd")
-    if cwd and not Path(cwd).is_absolute():
+    if cwd and (not Path(cwd).is_absolute() or "\x00" in cwd):
         raise LmdError("The working directory must be an absolute path.")
     return await answer(request, daemon, name, text, cwd=cwd)
 
@@ -188,11 +217,12 @@ async def settings_put(request: Request) -> Response:
     daemon = get_daemon(request)
     name = request.path_params["name"]
     spec = daemon.settings().spec(name)
-    raw = decode_text(await read_body(request, daemon.settings()["max_body_bytes"]))
+    check_unprotected(daemon, spec)
+    raw = decode_text(await read_request_body(request, daemon))
     if "json" in request.headers.get("content-type", ""):
         try:
             data = json.loads(raw)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise LmdError('The JSON body is malformed; send {"value": ...}.') from None
         if not isinstance(data, dict) or "value" not in data:
             raise LmdError('The JSON body needs a "value"; send {"value": ...}.')
@@ -206,8 +236,20 @@ async def settings_reset(request: Request) -> Response:
     daemon = get_daemon(request)
     name = request.path_params["name"]
     spec = daemon.settings().spec(name)
+    check_unprotected(daemon, spec)
     daemon.store.set_setting(name, spec.dump(spec.default))
     return JSONResponse(daemon.settings().describe([name])[0])
+
+
+def check_unprotected(daemon: Daemon, spec: Any) -> None:
+    """Protected settings change over HTTP only on a daemon with a token (the Guard has then
+    checked it); otherwise any local web page or process could, e.g., switch approval off."""
+    if spec.protected and not daemon.token:
+        raise LmdError(
+            f"The setting {spec.name} is protected: change it with "
+            f"`lmd settings set {spec.name} ...`, or run the daemon with a token.",
+            status=403,
+        )
 
 
 def prompt_rows(prompts: list, settings: Any, now: float) -> list[dict]:
@@ -233,8 +275,6 @@ def prompt_rows(prompts: list, settings: Any, now: float) -> list[dict]:
 
 
 async def history(request: Request) -> Response:
-    import time
-
     daemon = get_daemon(request)
     try:
         limit = int(request.query_params.get("limit", "20"))
@@ -251,6 +291,8 @@ async def promote(request: Request) -> Response:
         prompt_id = int(request.path_params["id"])
     except ValueError:
         raise LmdError("The prompt id must be a whole number.") from None
+    if not 0 < prompt_id <= MAX_PROMPT_ID:
+        raise LmdError(f"There is no prompt {prompt_id}; `lmd history` lists them.", status=404)
     prompt = daemon.store.prompt(prompt_id)
     if prompt is None:
         raise LmdError(f"There is no prompt {prompt_id}; `lmd history` lists them.", status=404)
@@ -259,6 +301,12 @@ async def promote(request: Request) -> Response:
     return JSONResponse(
         {"id": prompt_id, "kind": "operative", "karma": settings["contextual_karma"]}
     )
+
+
+async def openapi_json(request: Request) -> Response:
+    from .openapi import build_spec
+
+    return JSONResponse(build_spec(get_daemon(request)))
 
 
 # -- the guard: token, host and origin checks (pure ASGI for speed) -------------------------
@@ -322,6 +370,42 @@ async def handle_lmd_error(request: Request, e: Exception) -> Response:
     return error_response(request, e)  # type: ignore[arg-type]
 
 
+def explain_db_error(e: sqlite3.Error) -> LmdError:
+    """A database failure as a sentence: locked by another program, disk full, or other."""
+    text = str(e).lower()
+    if "locked" in text or "busy" in text:
+        return LmdError(
+            "The database is locked by another program; try again in a moment.", status=503
+        )
+    if "full" in text:
+        return LmdError(
+            "The disk holding the database is full, so nothing could be saved; free some space "
+            "and try again.",
+            status=507,
+        )
+    return LmdError(
+        f"The database failed ({type(e).__name__}); check the daemon's log and the disk.",
+        status=500,
+    )
+
+
+async def handle_db_error(request: Request, e: Exception) -> Response:
+    log.error("database error on %s: %s", request.url.path, e)
+    return error_response(request, explain_db_error(e))  # type: ignore[arg-type]
+
+
+async def handle_unexpected(request: Request, e: Exception) -> Response:
+    # Starlette logs the traceback after this; the client still gets a sentence, not HTML.
+    return error_response(
+        request,
+        LmdError(
+            f"Something went wrong inside lmd ({type(e).__name__}); the details are in the "
+            "daemon's log.",
+            status=500,
+        ),
+    )
+
+
 def create_app(
     home: Path | None = None,
     token: str | None = None,
@@ -349,13 +433,19 @@ def create_app(
         Route("/settings/{name}", settings_reset, methods=["DELETE"]),
         Route("/history", history, methods=["GET"]),
         Route("/history/{id}/promote", promote, methods=["POST"]),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
     ]
     for path, endpoint, methods in daemon.registry.routes:
         routes.append(Route(path, endpoint, methods=methods))
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={LmdError: handle_lmd_error, SettingError: handle_lmd_error},
+        exception_handlers={
+            LmdError: handle_lmd_error,
+            SettingError: handle_lmd_error,
+            sqlite3.Error: handle_db_error,
+            Exception: handle_unexpected,
+        },
     )
     app.state.daemon = daemon
     guarded = Guard(app, token, loopback_only)

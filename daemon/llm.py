@@ -46,6 +46,7 @@ class LLM:
 
         self.url = url
         self.model = model
+        self._key = key
         self.timeout = timeout
         self._openai = openai
         self.client = openai.AsyncOpenAI(
@@ -93,16 +94,31 @@ class LLM:
             stream = await self.client.chat.completions.create(
                 messages=messages, stream=True, **kwargs
             )
+            finished = False
             async for chunk in stream:
+                if chunk.choices and chunk.choices[0].finish_reason:
+                    finished = True
                 if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
                     yield chunk.choices[0].delta.content
+            if not finished:
+                # The connection closed mid-answer: say so rather than pass a cut reply as whole.
+                raise BackendError(
+                    "The language model's answer was cut off before it finished; try again."
+                )
         except BackendError:
             raise
         except Exception as e:
             raise self.explain(e) from e
 
     def explain(self, e: Exception) -> BackendError:
-        """Map an openai/httpx exception to one sentence."""
+        """Map an openai/httpx exception to one sentence, never carrying the API key."""
+        error = self._explain(e)
+        if isinstance(error.detail, str) and len(self._key) >= 8:
+            # Some servers echo the key they refused; the detail reaches clients and logs.
+            error.detail = error.detail.replace(self._key, "[redacted]")
+        return error
+
+    def _explain(self, e: Exception) -> BackendError:
         o = self._openai
         if isinstance(e, BackendError):
             return e

@@ -49,6 +49,9 @@ class Setting:
     synonyms: Mapping[str, str] = field(default_factory=dict)
     check: Callable[[Any], str | None] | None = None
     plugin: str = "core"
+    # Protected settings guard the user's safety (e.g. command approval): over HTTP they can be
+    # changed only when the daemon has a token (and the request presents it); the CLI always can.
+    protected: bool = False
 
     def allowed(self) -> str:
         """Say in words what values are allowed."""
@@ -249,6 +252,7 @@ class Settings:
                     "allowed": spec.allowed(),
                     "help": spec.help,
                     "plugin": spec.plugin,
+                    "protected": spec.protected,
                 }
             )
         return rows

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -96,7 +97,11 @@ class Store:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # History holds what the user said and what commands printed: private to the user.
+        # SQLite gives the -wal and -shm files the database file's mode.
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if str(path) != ":memory:" and not self.path.exists():
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
         # The daemon touches SQLite from the event loop and from worker threads; sqlite itself
         # is threadsafe, and `lock` serialises our multi-statement writes.
         conn = sqlite3.connect(

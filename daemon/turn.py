@@ -5,6 +5,7 @@ The user's turn is stored before any model call, so a failing backend never lose
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from .core import Daemon
 
 log = logging.getLogger("lmd.turn")
+
+CUT_SENTENCE = "The daemon stopped before this was finished; say it again."
 
 
 @dataclass
@@ -129,6 +132,11 @@ async def run_turn(
             finished = True
         except LmdError as e:
             _record_failure(store, outcome, store_turn, e.message, session)
+            raise
+        except asyncio.CancelledError:
+            # Shutdown's grace ran out (or the task was cancelled): say so in the history.
+            if not chunks:
+                _record_failure(store, outcome, store_turn, CUT_SENTENCE, session)
             raise
         except Exception as e:
             log.exception("mode %s failed", mode_name)
