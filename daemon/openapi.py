@@ -57,12 +57,6 @@ COMMON_ERRORS = {
     "507": _error("The disk holding the database is full."),
 }
 
-SETTING_NAME = {
-    "name": "name",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string"},
-}
 
 SETTING_ROW = {
     "type": "object",
@@ -81,8 +75,14 @@ SETTING_ROW = {
 }
 
 
-def core_paths() -> dict[str, dict]:
+def core_paths(setting_names: list[str]) -> dict[str, dict]:
     """The core's own routes."""
+    setting_name = {
+        "name": "name",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "enum": setting_names},
+    }
     session_params = [
         {"name": "X-Session", "in": "header", "schema": SESSION},
         {"name": "session", "in": "query", "schema": SESSION},
@@ -160,7 +160,7 @@ def core_paths() -> dict[str, dict]:
         "/settings/{name}": {
             "get": {
                 "summary": "One setting.",
-                "parameters": [SETTING_NAME],
+                "parameters": [setting_name],
                 "responses": {
                     "200": _json("The setting.", SETTING_ROW),
                     "404": _error("No such setting."),
@@ -168,7 +168,7 @@ def core_paths() -> dict[str, dict]:
             },
             "put": {
                 "summary": "Change a setting (validated; protected ones need a token).",
-                "parameters": [SETTING_NAME],
+                "parameters": [setting_name],
                 "requestBody": {
                     "required": True,
                     "content": {
@@ -192,7 +192,7 @@ def core_paths() -> dict[str, dict]:
             },
             "delete": {
                 "summary": "Reset a setting to its default.",
-                "parameters": [SETTING_NAME],
+                "parameters": [setting_name],
                 "responses": {
                     "200": _json("The setting as now stored.", SETTING_ROW),
                     "404": _error("No such setting."),
@@ -267,7 +267,7 @@ def plugin_operation(path: str, endpoint: Any, method: str) -> dict:
 
 def build_spec(daemon: Daemon) -> dict:
     """The whole OpenAPI 3.1 document for this daemon and its plugins."""
-    paths = core_paths()
+    paths = core_paths(sorted(daemon.registry.specs))
     for path, endpoint, methods in daemon.registry.routes:
         clean = _PARAM.sub(r"{\1}", path)
         item = paths.setdefault(clean, {})
