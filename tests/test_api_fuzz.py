@@ -10,11 +10,10 @@ import time
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
-from schemathesis import checks
-
 from conftest import configure
+from hypothesis import HealthCheck, given, settings
 from reliability_helpers import plugin_module
+from schemathesis import checks
 
 HOST = {"Host": "127.0.0.1:8420"}
 
