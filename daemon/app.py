@@ -328,11 +328,8 @@ class Guard:
             if _host_name(host) not in LOOPBACK_HOSTS:
                 problem = (403, "This daemon answers only requests addressed to localhost.")
             origin = headers.get("origin")
-            if (
-                origin
-                and origin != "null"
-                and _host_name(_origin_host(origin)) not in LOOPBACK_HOSTS
-            ):
+            # "null" comes from sandboxed iframes and file: pages: still a web page, refused.
+            if origin is not None and _host_name(_origin_host(origin)) not in LOOPBACK_HOSTS:
                 problem = (403, "Cross-origin requests from web pages are refused.")
         if problem is None and self.token and scope["path"] != "/healthz":
             given = headers.get("authorization", "")
