@@ -108,10 +108,23 @@ async def read_json(request: Request, daemon: Daemon) -> Any:
     body = await read_request_body(request, daemon)
     text = decode_text(body)
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as e:
         msg = getattr(e, "msg", "too deeply nested")
         raise LmdError(f"The request body is not valid JSON ({msg}); send a JSON object.") from None
+    check_encodable(data)
+    return data
+
+
+def check_encodable(data: Any) -> None:
+    """Refuse JSON strings with lone surrogates ("\\ud800"): valid JSON, but not storable text."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise LmdError(
+            "The request contains an invalid character (a lone UTF-16 surrogate); "
+            "send valid Unicode text."
+        ) from None
 
 
 def session_name(request: Request, given: Any = None) -> str:
@@ -143,6 +156,7 @@ async def v1(request: Request) -> Response:
             ) from None
         if not isinstance(data, dict) or not isinstance(data.get("input"), str):
             raise LmdError('The JSON body needs an "input" string; send {"input": "your words"}.')
+        check_encodable(data)
         text = data["input"]
         given_session = data.get("session")
     if not text.strip():
@@ -226,6 +240,7 @@ async def settings_put(request: Request) -> Response:
             raise LmdError('The JSON body is malformed; send {"value": ...}.') from None
         if not isinstance(data, dict) or "value" not in data:
             raise LmdError('The JSON body needs a "value"; send {"value": ...}.')
+        check_encodable(data)
         raw = data["value"]
     value = spec.parse(raw)
     daemon.store.set_setting(name, spec.dump(value))
