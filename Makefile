@@ -36,3 +36,8 @@ bench: $(TEST_STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+.PHONY: soak
+# Reliability soak: a bigger load run plus ten kill -9 / restart cycles (see docs/reliability.md).
+soak: $(TEST_STAMP)
+	$(BIN)/python benchmarks/bench_load.py --requests 5000 --clients 32 --sessions 16 --crash-loops 10

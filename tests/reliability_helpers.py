@@ -7,6 +7,7 @@ benchmarks/bench_load.py (which puts tests/ on sys.path).
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import random
@@ -33,7 +34,10 @@ def echo_handler(error_rate: float = 0.0, seed: int = 7):
     lock = threading.Lock()
 
     def handler(body: dict) -> Reply:
-        last = [m for m in body.get("messages", []) if m.get("role") == "user"][-1]["content"]
+        users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+        if not users:
+            return Reply("no user message", status=400)
+        last = users[-1]["content"]
         with lock:
             fail = rng.random() < error_rate
         if fail:
@@ -106,7 +110,7 @@ def say(url: str, session: str, text: str, timeout: float = 30.0) -> tuple[int, 
         except ValueError:
             kind = "unreadable"
         return e.code, body, f"http_{e.code}_{kind}"
-    except (OSError, ValueError) as e:  # refused, reset, cut mid-answer
+    except (OSError, ValueError, http.client.HTTPException) as e:  # refused, reset, cut
         return 0, str(e), "connection"
 
 
@@ -138,6 +142,8 @@ def run_load(
                 result.sent.append(s)
             s.status, s.reply, s.kind = say(url, session, s.text)
             s.acked_at = time.monotonic()
+            if stop is not None and not s.status:
+                return  # the daemon is gone (a crash test): stop rather than spin
 
     start = time.monotonic()
     threads = [threading.Thread(target=worker, args=(w,), daemon=True) for w in range(clients)]
@@ -147,6 +153,25 @@ def run_load(
         t.join(120)
     result.wall = time.monotonic() - start
     return result
+
+
+class BackgroundLoad:
+    """Endless load in a thread until `finish()`: for killing the daemon mid-run."""
+
+    def __init__(self, url: str, clients: int, sessions: int, prefix: str) -> None:
+        self.stop = threading.Event()
+        self.result = LoadResult()
+
+        def go() -> None:
+            self.result = run_load(url, clients, sessions, 10**6, self.stop, prefix)
+
+        self.thread = threading.Thread(target=go, daemon=True)
+        self.thread.start()
+
+    def finish(self, timeout: float = 60) -> LoadResult:
+        self.stop.set()
+        self.thread.join(timeout)
+        return self.result
 
 
 def audit(db_path: Path, result: LoadResult, replies_expected: bool = True) -> dict:
