@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import importlib
 import json
 import logging
 import re
@@ -429,6 +430,9 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Import the backend client now: done lazily, the first request's ~1 s import would
+        # stall the event loop, and every request with it.
+        await asyncio.to_thread(importlib.import_module, "openai")
         await daemon.call_hook("startup")
         try:
             yield
