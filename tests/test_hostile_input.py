@@ -268,3 +268,11 @@ def test_settings_parser_refuses_with_a_sentence_or_round_trips(index, raw):
     # What is accepted is stored as text and reads back as the same value.
     assert spec.parse(spec.dump(value)) == value
     json.dumps(value)  # every value can be shown in the JSON API
+
+
+@pytest.mark.parametrize("cwd", ["relative/dir", "/tmp%00/x", "~/x", "..%2F..%2Fetc"])
+def test_bad_working_directory_is_refused(client, backend, cwd):
+    r = client.post(f"/v1?cwd={cwd}", content="dali hi", headers=JSON)
+    assert r.status_code == 400
+    assert r.json()["error"] == "The working directory must be an absolute path."
+    assert backend.chat_requests == []
