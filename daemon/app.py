@@ -57,7 +57,7 @@ async def read_body(request: Request, limit: int, deadline_secs: float | None = 
     """The body, refusing (413) anything over `limit` bytes without reading it all.
 
     With `deadline_secs`, a body that trickles in slower than that (slowloris) is refused (408)
-    instead of holding a connection and a session lock forever.
+    instead of holding a connection forever.
     """
     declared = request.headers.get("content-length")
     too_large = TooLarge(
