@@ -67,7 +67,7 @@ def test_huge_chunked_body_is_cut_off_over_real_http(home, live, backend):
         answer = s.recv(4096)
     s.close()
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
-    assert sent < 64, f"the daemon read {sent * 64} KiB before refusing"
+    assert sent < 256, f"the daemon took {sent * 64} KiB of 64 MiB before refusing"
     backend.queue("still up")
     from reliability_helpers import say
 

@@ -69,7 +69,7 @@ def test_sigterm_finishes_in_flight_work_and_kills_the_command_group(home, backe
         t.join(15)
     print("shutdown took", round(took, 2), "s; the cut request got", results["cmd"][:1])
     assert code == 0, d.output()
-    assert took < 2 + 3, f"shutdown took {took:.1f} s with a 2 s grace"
+    assert took < 2 + 6, f"shutdown took {took:.1f} s with a 2 s grace"
     assert results["plain"][:2] == (200, "slow but complete")
     assert stream_out.get("status") == 200 and "data: [DONE]" in stream_out["body"]
     chunks = [
