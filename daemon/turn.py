@@ -100,15 +100,17 @@ async def run_turn(
         if parsed.mode is not None and not parsed.rest:
             # A directive alone switches the session's mode.
             session.mode, session.last_active = mode_name, now
-            outcome.user_prompt_id = store_turn("user", parsed.word or mode_name, "decorative")
+            outcome.user_prompt_id = await in_thread(
+                store_turn, "user", parsed.word or mode_name, "decorative"
+            )
             reply = f"Switched to {mode_name} mode."
-            outcome.reply_prompt_id = store_turn("assistant", reply, "decorative")
-            store.save_session(session)
+            outcome.reply_prompt_id = await in_thread(store_turn, "assistant", reply, "decorative")
+            await in_thread(store.save_session, session)
             outcome.reply = reply
             yield reply
             return
 
-        outcome.user_prompt_id = store_turn("user", parsed.rest, "default")
+        outcome.user_prompt_id = await in_thread(store_turn, "user", parsed.rest, "default")
         session.mode, session.last_active = mode_name, now
         ctx = Context(
             daemon=daemon,
@@ -155,11 +157,17 @@ async def run_turn(
         outcome.pending = session.pending
         outcome.extra = ctx.extra
         if reply:
-            outcome.reply_prompt_id = store_turn(
-                "assistant", reply, ctx.reply_kind, meta=ctx.reply_meta or None
+            outcome.reply_prompt_id = await in_thread(
+                store_turn, "assistant", reply, ctx.reply_kind, meta=ctx.reply_meta or None
             )
         session.last_active = time.time()
-        store.save_session(session)
+        await in_thread(store.save_session, session)
+
+
+async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a database write (and its token count) off the event loop: when another program
+    holds the lock, SQLite waits up to 30 s, and only this request should wait with it."""
+    return await asyncio.to_thread(fn, *args, **kwargs)
 
 
 def _record_failure(store, outcome: Outcome, store_turn, message: str, session) -> None:

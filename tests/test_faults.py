@@ -179,6 +179,37 @@ def test_database_locked_for_a_while_waits_then_succeeds(make_client, backend, h
     assert rows(home) == [("user", "ok", "wait for it"), ("assistant", "ok", "patience pays")]
 
 
+def test_database_lock_stalls_only_the_writes_not_the_daemon(home, live, backend):
+    """While another program holds the lock, reads and /healthz answer at once; the turn
+    waiting to be written completes when the lock goes."""
+    import threading
+    import urllib.request
+
+    from reliability_helpers import say
+
+    d = live()
+    assert say(d.url, "a", "dali warm up")[0] == 200
+    holder = _hold_lock(home / "lmd.db", 2)
+    started = time.monotonic()
+    box: dict = {}
+    writer = threading.Thread(target=lambda: box.setdefault("r", say(d.url, "a", "dali wait")))
+    writer.start()
+    time.sleep(0.3)  # the turn is now waiting for the lock
+    timings = {}
+    for path in ("/healthz", "/settings", "/history?limit=5", "/settings/max_tokens"):
+        t = time.monotonic()
+        with urllib.request.urlopen(d.url + path, timeout=10) as r:
+            assert r.status == 200
+        timings[path] = time.monotonic() - t
+    waited_for_reads = time.monotonic() - started
+    writer.join(15)
+    holder.wait(10)
+    assert box["r"][0] == 200
+    assert waited_for_reads < 1.5, timings  # all answered while the lock was still held
+    assert time.monotonic() - started >= 1.9  # the write really waited for the lock
+    assert [r[2] for r in rows(home, "a")] == ["warm up", "ok", "wait", "ok"]
+
+
 def test_database_locked_too_long_gives_503_sentence(make_client, backend, home):
     client = make_client()
     # Scaled down: the daemon waits 30 s for a lock; here 0.2 s.
