@@ -31,6 +31,7 @@ log = logging.getLogger("lmd.app")
 SESSION_NAME = re.compile(r"[\w.:@+-]{1,128}")  # used with fullmatch: "$" lets "\n" through
 MAX_PROMPT_ID = 2**63 - 1  # SQLite's largest integer; bigger ids overflow the driver
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
+SHUTDOWN_SENTENCE = "lmd is shutting down and stopped this request; say it again once it is back."
 
 
 class TooLarge(LmdError):
@@ -184,7 +185,17 @@ async def answer(
     streaming = wants_stream(request)
     chunks = run_turn(daemon, name, text, outcome, streaming, cwd, mode_override)
     if not streaming:
-        reply = "".join([c async for c in chunks])
+        task = asyncio.current_task()
+        daemon.inflight.add(task)
+        try:
+            reply = "".join([c async for c in chunks])
+        except asyncio.CancelledError:
+            if not daemon.stopping:
+                raise
+            task.uncancel()  # our own cut (see Daemon.stop_inflight): answer with a sentence
+            raise LmdError(SHUTDOWN_SENTENCE, status=503) from None
+        finally:
+            daemon.inflight.discard(task)
         if wants_json(request):
             return JSONResponse(outcome.to_json())
         return PlainTextResponse(reply if reply.endswith("\n") else reply + "\n")

@@ -78,7 +78,11 @@ def test_sigterm_finishes_in_flight_work_and_kills_the_command_group(home, backe
         if line.startswith("data: ") and line != "data: [DONE]"
     ]
     assert "".join(c for c in chunks if isinstance(c, str)) == "streamed words arrive one by one "
-    assert results["cmd"][0] != 200  # cut by the grace period, not finished
+    # Cut by the grace period, not finished, and told so in a sentence.
+    assert results["cmd"][0] == 503
+    assert json.loads(results["cmd"][1])["error"] == (
+        "lmd is shutting down and stopped this request; say it again once it is back."
+    )
     assert wait_for(lambda: not group_alive(pgid), 3), "the command's process group survived"
     assert "lmd stopped." in d.output()
     # Every utterance was stored before the daemon went down.
