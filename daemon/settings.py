@@ -242,17 +242,17 @@ class Settings:
                 value, source = self._resolve(name)
             except SettingError as e:
                 value, source = self._stored.get(name), f"invalid: {e}"
-            rows.append(
-                {
-                    "name": name,
-                    "value": value,
-                    "default": spec.default,
-                    "source": source,
-                    "type": spec.type,
-                    "allowed": spec.allowed(),
-                    "help": spec.help,
-                    "plugin": spec.plugin,
-                    "protected": spec.protected,
-                }
-            )
+            row = {
+                "name": name,
+                "value": value,
+                "default": spec.default,
+                "source": source,
+                "type": spec.type,
+                "allowed": spec.allowed(),
+                "help": spec.help,
+                "plugin": spec.plugin,
+            }
+            if spec.protected:
+                row["protected"] = True
+            rows.append(row)
         return rows
