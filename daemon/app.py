@@ -23,7 +23,7 @@ from starlette.routing import Route
 from . import __version__, karma
 from .core import Daemon
 from .errors import LmdError
-from .settings import SettingError
+from .settings import SettingError, refuse_if_protected
 from .turn import Outcome, run_turn
 
 log = logging.getLogger("lmd.app")
@@ -271,12 +271,7 @@ async def settings_reset(request: Request) -> Response:
 def check_unprotected(daemon: Daemon, spec: Any) -> None:
     """Protected settings change over HTTP only on a daemon with a token (the Guard has then
     checked it); otherwise any local web page or process could, e.g., switch approval off."""
-    if spec.protected and not daemon.token:
-        raise LmdError(
-            f"The setting {spec.name} is protected: change it with "
-            f"`lmd settings set {spec.name} ...`, or run the daemon with a token.",
-            status=403,
-        )
+    refuse_if_protected(spec, bool(daemon.token))
 
 
 def prompt_rows(prompts: list, settings: Any, now: float) -> list[dict]:

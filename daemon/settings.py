@@ -143,6 +143,17 @@ class Setting:
         return SettingError(f"{self.name} cannot be {_show(raw)}; it must be {self.allowed()}.")
 
 
+def refuse_if_protected(spec: Setting, has_token: bool) -> None:
+    """Refuse (403) a change to a protected setting that arrives over HTTP (a route, or a mode
+    answering /v1) when the daemon has no token: any local process or web page could send it."""
+    if spec.protected and not has_token:
+        raise LmdError(
+            f"The setting {spec.name} is protected: change it with "
+            f"`lmd settings set {spec.name} ...`, or run the daemon with a token.",
+            status=403,
+        )
+
+
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 

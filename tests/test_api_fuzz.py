@@ -286,3 +286,42 @@ def test_protected_setting_still_validates_with_the_token(make_client, value):
         headers={"Authorization": "Bearer tok-123456"},
     )
     assert r.status_code == 400 and "fuzzplug_approval cannot be" in r.json()["error"]
+
+
+SETTER_MODE = """
+from daemon.hookspecs import hookimpl
+from daemon.modes import Mode
+from daemon.settings import refuse_if_protected
+
+
+async def respond(ctx):
+    name, value = ctx.text.split()
+    spec = ctx.settings.spec(name)
+    refuse_if_protected(spec, bool(ctx.daemon.token))
+    ctx.store.set_setting(name, spec.dump(spec.parse(value)))
+    yield f"{name} is now {value}."
+
+
+@hookimpl
+def register_modes(register):
+    register(Mode("setter", respond))
+"""
+
+
+def test_a_mode_changing_settings_over_v1_respects_protection(make_client):
+    pm = plugin_pm()
+    pm.register(plugin_module("setter", SETTER_MODE), name="setter")
+    client = make_client(pm=pm)
+    r = client.post("/v1", content="setter fuzzplug_approval false")
+    assert r.status_code == 403 and r.text.startswith("The setting fuzzplug_approval is protected")
+    assert client.get("/settings/fuzzplug_approval").json()["value"] is True
+    r = client.post("/v1", content="setter max_tokens 1234")
+    assert r.status_code == 200 and r.text == "max_tokens is now 1234.\n"
+    with_token = make_client(pm=pm, token="tok-123456")
+    r = with_token.post(
+        "/v1",
+        content="setter fuzzplug_approval false",
+        headers={"Authorization": "Bearer tok-123456"},
+    )
+    assert r.status_code == 200
+    assert client.get("/settings/fuzzplug_approval").json()["value"] is False
