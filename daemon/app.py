@@ -374,10 +374,18 @@ class Guard:
 
 
 def _host_name(host: str) -> str:
+    """The name part of a Host value; the whole value when what follows is not a port."""
     host = host.strip().lower()
-    if host.startswith("["):
-        return host[: host.find("]") + 1] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    if host.startswith("[") and "]" in host:
+        end = host.index("]") + 1
+        name, rest = host[:end], host[end:]
+    elif host.count(":") == 1:
+        name, rest = host.split(":")[0], ":" + host.split(":")[1]
+    else:
+        name, rest = host, ""
+    if rest and not (rest[:1] == ":" and rest[1:].isdigit()):
+        return host  # "[::1]evil", "localhost:x": not a loopback name, so refused
+    return name
 
 
 def _origin_host(origin: str) -> str:

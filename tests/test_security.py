@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -17,6 +18,8 @@ import urllib.request
 
 import pytest
 from conftest import ROOT, Reply, free_port
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from reliability_helpers import plugin_module
 
 TOKEN = "correct-horse-battery-staple"
@@ -127,6 +130,11 @@ def test_the_right_token_opens_every_route(guarded, backend):
         ),
         ({"Host": "10.0.0.7:8420"}, "This daemon answers only requests addressed to localhost."),
         ({"Host": ""}, "This daemon answers only requests addressed to localhost."),
+        (
+            {"Host": "[::1]evil.example"},
+            "This daemon answers only requests addressed to localhost.",
+        ),
+        ({"Host": "localhost:evil"}, "This daemon answers only requests addressed to localhost."),
         ({"Origin": "http://evil.example"}, "Cross-origin requests from web pages are refused."),
         (
             {"Origin": "https://localhost.evil.example"},
@@ -313,3 +321,63 @@ def test_database_files_are_private(tmp_path, backend):
         assert stat.S_IMODE(home.stat().st_mode) == 0o700
     finally:
         os.umask(old)
+
+
+# -- the Guard's Host parsing, fuzzed --------------------------------------------------------------
+def _guard_status(host: str | None, origin: str | None = None) -> int:
+    import asyncio
+
+    from daemon.app import Guard
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    headers = []
+    if host is not None:
+        headers.append((b"host", host.encode("latin-1")))
+    if origin is not None:
+        headers.append((b"origin", origin.encode("latin-1")))
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    scope = {"type": "http", "path": "/v1", "headers": headers}
+    asyncio.run(Guard(app, None, True)(scope, receive, send))
+    return sent[0]["status"]
+
+
+LOOPBACK_HOST = re.compile(r"(localhost|127\.0\.0\.1|\[::1\])(:\d+)?|::1", re.IGNORECASE)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.one_of(
+        st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=40),
+        st.builds(
+            lambda a, b: a + b,
+            st.sampled_from(["localhost", "127.0.0.1", "[::1]", "LocalHost", "127.0.0.1."]),
+            st.text(alphabet=".:-[]@abc0123456789", max_size=12),
+        ),
+    )
+)
+def test_guard_accepts_only_loopback_host_names(host):
+    """Found by this test: "[::1]0" and "localhost:x" passed as loopback."""
+    status = _guard_status(host)
+    if status == 200:
+        assert LOOPBACK_HOST.fullmatch(host.strip()), host
+    else:
+        assert status == 403
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=40))
+def test_guard_accepts_only_loopback_origins(origin):
+    status = _guard_status("127.0.0.1:8420", origin)
+    if status == 200:
+        host = origin.split("://", 1)[-1].split("/", 1)[0]
+        assert LOOPBACK_HOST.fullmatch(host.strip()), origin
