@@ -189,7 +189,10 @@ def test_deeply_nested_json_setting_value_is_400(client):
     assert r.json()["error"] == 'The JSON body is malformed; send {"value": ...}.'
 
 
-def test_unexpected_failure_is_a_sentence_not_html(make_client):
+def test_unexpected_failure_is_a_sentence_not_html(home):
+    from starlette.testclient import TestClient
+
+    from daemon.app import create_app
     from daemon.plugins import load_plugins
 
     pm = load_plugins({"dali"})
@@ -209,14 +212,10 @@ def register_routes(register):
         ),
         name="breaks",
     )
-    client = make_client(pm=pm)
-    client.__exit__(None, None, None)  # raise_server_exceptions is on; use a lenient client
-    from starlette.testclient import TestClient
-
-    lenient = TestClient(
-        client.app, base_url="http://127.0.0.1:8420", raise_server_exceptions=False
-    )
-    r = lenient.get("/breaks")
+    app = create_app(home=home, pm=pm)
+    # The server's view: exceptions become responses instead of propagating into the test.
+    with TestClient(app, base_url="http://127.0.0.1:8420", raise_server_exceptions=False) as c:
+        r = c.get("/breaks")
     assert r.status_code == 500
     assert r.json()["error"] == (
         "Something went wrong inside lmd (KeyError); the details are in the daemon's log."
