@@ -112,12 +112,20 @@ def test_openapi_declares_bearer_security_when_a_token_is_set(make_client):
     assert spec["paths"]["/healthz"]["get"]["security"] == []
 
 
-def fuzz(op, excluded: list, seen: collections.Counter) -> None:
-    """Up to 20 schemathesis cases of one operation, all checks but `excluded`."""
+def fuzz(
+    op,
+    seen: collections.Counter,
+    excluded: list | None = None,
+    only: list | None = None,
+    headers: dict | None = None,
+    examples: int = 20,
+) -> None:
+    """Up to `examples` schemathesis cases of one operation: all checks but `excluded`, or
+    `only` those given; each must answer within 5 s."""
 
     @given(op.as_strategy())
     @settings(
-        max_examples=20,
+        max_examples=examples,
         deadline=None,
         suppress_health_check=list(HealthCheck),
         database=None,
@@ -125,7 +133,8 @@ def fuzz(op, excluded: list, seen: collections.Counter) -> None:
     )
     def run(case):
         before = time.monotonic()
-        r = case.call_and_validate(headers=HOST, excluded_checks=excluded)
+        kwargs = {"checks": only} if only else {"excluded_checks": excluded or []}
+        r = case.call_and_validate(headers=headers or HOST, **kwargs)
         assert time.monotonic() - before < 5, f"{op.method} {op.path} hung"
         seen[(op.method.upper(), op.path, r.status_code)] += 1
 
@@ -158,7 +167,7 @@ def test_schemathesis_finds_no_server_errors(home, backend, tmp_path):
             # an undocumented plugin route has no contract to hold it to: only the other checks.
             excluded = [checks.positive_data_acceptance]
 
-        fuzz(op, excluded, seen)
+        fuzz(op, seen, excluded=excluded)
     print(f"schemathesis: {sum(seen.values())} requests in {time.monotonic() - started:.1f} s")
     for key, n in sorted(seen.items()):
         print(" ", *key, n)
@@ -324,3 +333,26 @@ def test_a_mode_changing_settings_over_v1_respects_protection(make_client):
     )
     assert r.status_code == 200
     assert client.get("/settings/fuzzplug_approval").json()["value"] is False
+
+
+def test_schemathesis_with_a_token_checks_auth_on_every_operation(home, backend):
+    """With a token, the description declares bearer auth; schemathesis's auth checks (a
+    request without the token must be refused) run on every operation."""
+    from daemon.app import create_app
+
+    token = "fuzz-token-1234"
+    auth = {**HOST, "Authorization": f"Bearer {token}"}
+    app = create_app(home=home, pm=plugin_pm(), token=token)
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app, headers=auth)
+    seen = collections.Counter()
+    for result in schema.get_all_operations():
+        fuzz(
+            result.ok(),
+            seen,
+            only=[checks.not_a_server_error, checks.ignored_auth],
+            headers=auth,
+            examples=5,
+        )
+    print(sorted(seen.items()))
+    assert seen and not [k for k in seen if k[2] >= 500]
+    assert not [k for k in seen if k[2] == 401], "the right token was refused"
