@@ -162,8 +162,8 @@ class LLM:
             )
         if isinstance(e, o.APIConnectionError):
             return BackendError(
-                f"I could not reach the language model at {self.url}; check that it is running "
-                "and that openai_chat_endpoint is right."
+                f"I could not reach the language model at {shown_url(self.url)}; check that it "
+                "is running and that openai_chat_endpoint is right."
             )
         if isinstance(e, o.AuthenticationError):
             return BackendError(
@@ -188,6 +188,16 @@ class LLM:
             f"The language model sent something I could not read ({type(e).__name__}); try again.",
             detail=str(e)[:300],
         )
+
+
+def shown_url(url: str) -> str:
+    """The URL without user:password (some proxies take credentials in the URL)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 def _short(e: Exception) -> str:

@@ -381,3 +381,16 @@ def test_guard_accepts_only_loopback_origins(origin):
     if status == 200:
         host = origin.split("://", 1)[-1].split("/", 1)[0]
         assert LOOPBACK_HOST.fullmatch(host.strip()), origin
+
+
+def test_credentials_in_the_endpoint_url_are_not_shown(make_client):
+    """Some proxies take user:password in the URL; an error sentence must not repeat them."""
+    port = free_port()  # nothing listens there
+    client = make_client(openai_chat_endpoint=f"http://lmd-user:hunter2secret@127.0.0.1:{port}/v1")
+    r = client.post("/v1", content="dali hello", headers={"Accept": "application/json"})
+    assert r.status_code == 502
+    assert r.json()["error"] == (
+        f"I could not reach the language model at http://127.0.0.1:{port}/v1; check that it "
+        "is running and that openai_chat_endpoint is right."
+    )
+    assert "hunter2secret" not in r.text
