@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -421,6 +422,22 @@ async def handle_db_error(request: Request, e: Exception) -> Response:
     return error_response(request, explain_db_error(e))  # type: ignore[arg-type]
 
 
+async def handle_http_error(request: Request, e: Exception) -> Response:
+    """Starlette's 404/405 as sentences (a voice client reads them out)."""
+    status = getattr(e, "status_code", 400)
+    headers = dict(getattr(e, "headers", None) or {})
+    if status == 404:
+        message = f"There is no route {request.url.path}; GET /openapi.json lists them."
+    elif status == 405:
+        allowed = headers.get("allow") or headers.get("Allow") or "another method"
+        message = f"{request.url.path} does not take {request.method}; use {allowed}."
+    else:
+        message = str(getattr(e, "detail", "")) or "The request was refused."
+    response = error_response(request, LmdError(message, status=status))
+    response.headers.update(headers)
+    return response
+
+
 async def handle_unexpected(request: Request, e: Exception) -> Response:
     # Starlette logs the traceback after this; the client still gets a sentence, not HTML.
     return error_response(
@@ -474,6 +491,7 @@ def create_app(
             LmdError: handle_lmd_error,
             SettingError: handle_lmd_error,
             sqlite3.Error: handle_db_error,
+            HTTPException: handle_http_error,
             Exception: handle_unexpected,
         },
     )

@@ -356,3 +356,15 @@ def test_schemathesis_with_a_token_checks_auth_on_every_operation(home, backend)
     print(sorted(seen.items()))
     assert seen and not [k for k in seen if k[2] >= 500]
     assert not [k for k in seen if k[2] == 401], "the right token was refused"
+
+
+def test_unknown_routes_and_methods_get_sentences(client):
+    r = client.get("/nope")
+    assert r.status_code == 404
+    assert r.json()["error"] == "There is no route /nope; GET /openapi.json lists them."
+    r = client.get("/v1")
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    assert r.text == "/v1 does not take GET; use POST.\n"  # /v1 answers voice clients in text
+    r = client.patch("/settings/max_tokens")
+    assert r.status_code == 405
+    assert r.json()["error"].startswith("/settings/max_tokens does not take PATCH; use ")
