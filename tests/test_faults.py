@@ -64,8 +64,24 @@ def assert_keeps_serving(client, backend) -> None:
             "The language model sent something I could not read",
         ),
         (Reply(reset=True), 502, "I could not reach the language model at"),
+        (
+            Reply(body={"id": "x", "object": "chat.completion", "model": "m", "choices": []}),
+            502,
+            "The language model sent an empty answer; try again.",
+        ),
+        (
+            Reply("bad key", status=401),
+            502,
+            "The language model refused the API key; set OPENAI_API_KEY to a valid key.",
+        ),
+        (
+            Reply("no such model", status=404),
+            502,
+            "The backend does not serve the model 'fake-model' or this API",
+        ),
+        (Reply(body=b"", status=200), 502, "The language model sent something I could not read"),
     ],
-    ids=["500", "429", "garbage-json", "html", "reset"],
+    ids=["500", "429", "garbage-json", "html", "reset", "no-choices", "401", "404", "empty"],
 )
 def test_backend_failure_gives_one_sentence_and_loses_nothing(
     make_client, backend, home, reply, status, sentence
