@@ -276,3 +276,57 @@ def test_bad_working_directory_is_refused(client, backend, cwd):
     assert r.status_code == 400
     assert r.json()["error"] == "The working directory must be an absolute path."
     assert backend.chat_requests == []
+
+
+def test_client_leaving_mid_stream_keeps_the_partial_reply(home, live, backend):
+    """The client hangs up after the first words: what was said is stored as partial, the
+    utterance kept, and the daemon keeps serving the session."""
+    import sqlite3
+
+    from conftest import Reply
+    from reliability_helpers import say, wait_for
+
+    d = live()
+    backend.queue(Reply("one two three four five six seven eight", chunk_delay=0.2))
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    body = b"dali count slowly"
+    s.sendall(
+        b"POST /v1 HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    got = b""
+    while b'data: "two "' not in got:
+        got += s.recv(4096)
+    s.close()  # gone mid-answer
+
+    def stored() -> list:
+        conn = sqlite3.connect(home / "lmd.db")
+        try:
+            return conn.execute(
+                "SELECT role, status, content FROM prompts WHERE session = 'default' ORDER BY id"
+            ).fetchall()
+        finally:
+            conn.close()
+
+    assert wait_for(lambda: len(stored()) == 2, 10), stored()
+    (user, reply) = stored()
+    assert user == ("user", "ok", "count slowly")
+    assert reply[:2] == ("assistant", "partial") and reply[2].startswith("one two")
+    assert len(reply[2]) < len("one two three four five six seven eight")
+    backend.queue("after the hang-up")
+    assert say(d.url, "default", "dali still there")[:2] == (200, "after the hang-up")
+
+
+def test_hundreds_of_idle_connections_do_not_stop_service(home, live, backend):
+    from reliability_helpers import say
+
+    d = live()
+    idle = [socket.create_connection(("127.0.0.1", d.port), timeout=5) for _ in range(300)]
+    try:
+        for s in idle[::2]:
+            s.sendall(b"POST /v1 HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers never finished
+        backend.queue("served anyway")
+        assert say(d.url, "default", "dali anyone there")[:2] == (200, "served anyway")
+    finally:
+        for s in idle:
+            s.close()
