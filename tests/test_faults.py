@@ -205,7 +205,7 @@ def test_database_lock_stalls_only_the_writes_not_the_daemon(home, live, backend
 
     d = live()
     assert say(d.url, "a", "dali warm up")[0] == 200
-    holder = _hold_lock(home / "lmd.db", 2)
+    holder = _hold_lock(home / "lmd.db", 3)
     started = time.monotonic()
     box: dict = {}
     writer = threading.Thread(target=lambda: box.setdefault("r", say(d.url, "a", "dali wait")))
@@ -221,8 +221,8 @@ def test_database_lock_stalls_only_the_writes_not_the_daemon(home, live, backend
     writer.join(15)
     holder.wait(10)
     assert box["r"][0] == 200
-    assert waited_for_reads < 1.5, timings  # all answered while the lock was still held
-    assert time.monotonic() - started >= 1.9  # the write really waited for the lock
+    assert waited_for_reads < 2.5, timings  # all answered while the lock was still held
+    assert time.monotonic() - started >= 2.9  # the write really waited for the lock
     assert [r[2] for r in rows(home, "a")] == ["warm up", "ok", "wait", "ok"]
 
 
