@@ -52,3 +52,8 @@ pyz: $(TEST_STAMP)
 	$(BIN)/shiv --quiet --compressed --python '/usr/bin/env python3' \
 		--console-script lmd --output-file $(PYZ) .
 	@ls -l $(PYZ)
+
+.PHONY: soak
+# Reliability soak: a bigger load run plus ten kill -9 / restart cycles (see docs/reliability.md).
+soak: $(TEST_STAMP)
+	$(BIN)/python benchmarks/bench_load.py --requests 5000 --clients 32 --sessions 16 --crash-loops 10

@@ -193,3 +193,9 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_concurrency', '8');
 -- == clients ==
 -- Strip markdown from every text/plain reply on /v1 (voice-only setups); X-Speak: 0 keeps it per request.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('speak_plain_replies', 'false');
+
+
+
+-- == reliability ==
+-- Seconds a request body may take to arrive; slower senders (slowloris) get 408 and lose the connection.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('body_read_timeout_secs', '30.0');

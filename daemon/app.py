@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import json
 import logging
 import re
+import sqlite3
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -19,14 +23,16 @@ from starlette.routing import Route
 from . import __version__, karma
 from .core import Daemon
 from .errors import LmdError
-from .settings import SettingError
+from .settings import SettingError, refuse_if_protected
 from .speak import speak_stream, speakable, unfence, wants_raw, wants_speech
 from .turn import Outcome, run_turn
 
 log = logging.getLogger("lmd.app")
 
-SESSION_NAME = re.compile(r"^[\w.:@+-]{1,128}$")
+SESSION_NAME = re.compile(r"[\w.:@+-]{1,128}")  # used with fullmatch: "$" lets "\n" through
+MAX_PROMPT_ID = 2**63 - 1  # SQLite's largest integer; bigger ids overflow the driver
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
+SHUTDOWN_SENTENCE = "lmd is shutting down and stopped this request; say it again once it is back."
 
 
 class TooLarge(LmdError):
@@ -49,8 +55,12 @@ def error_response(request: Request, e: LmdError) -> Response:
     return PlainTextResponse(e.message + "\n", status_code=e.status)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refusing (413) anything over `limit` bytes without reading it all."""
+async def read_body(request: Request, limit: int, deadline_secs: float | None = None) -> bytes:
+    """The body, refusing (413) anything over `limit` bytes without reading it all.
+
+    With `deadline_secs`, a body that trickles in slower than that (slowloris) is refused (408)
+    instead of holding a connection forever.
+    """
     declared = request.headers.get("content-length")
     too_large = TooLarge(
         f"The request is larger than {limit} bytes; send less, or raise max_body_bytes."
@@ -58,12 +68,33 @@ async def read_body(request: Request, limit: int) -> bytes:
     if declared and declared.isdigit() and int(declared) > limit:
         raise too_large
     parts, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        parts.append(chunk)
+
+    async def collect() -> None:
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            parts.append(chunk)
+
+    if deadline_secs is None:
+        await collect()
+    else:
+        try:
+            await asyncio.wait_for(collect(), deadline_secs)
+        except TimeoutError:
+            raise LmdError(
+                f"The request body took longer than {deadline_secs:g} seconds to arrive; "
+                "send it in one go.",
+                status=408,
+            ) from None
     return b"".join(parts)
+
+
+async def read_request_body(request: Request, daemon: Daemon) -> bytes:
+    """The body within max_body_bytes and body_read_timeout_secs."""
+    s = daemon.settings()
+    return await read_body(request, s["max_body_bytes"], s["body_read_timeout_secs"])
 
 
 def decode_text(body: bytes) -> str:
@@ -77,19 +108,32 @@ def decode_text(body: bytes) -> str:
 
 async def read_json(request: Request, daemon: Daemon) -> Any:
     """A JSON body within the size limit, or a 400 saying what is wrong."""
-    body = await read_body(request, daemon.settings()["max_body_bytes"])
+    body = await read_request_body(request, daemon)
     text = decode_text(body)
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as e:
         msg = getattr(e, "msg", "too deeply nested")
         raise LmdError(f"The request body is not valid JSON ({msg}); send a JSON object.") from None
+    check_encodable(data)
+    return data
+
+
+def check_encodable(data: Any) -> None:
+    """Refuse JSON strings with lone surrogates ("\\ud800"): valid JSON, but not storable text."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise LmdError(
+            "The request contains an invalid character (a lone UTF-16 surrogate); "
+            "send valid Unicode text."
+        ) from None
 
 
 def session_name(request: Request, given: Any = None) -> str:
     name = given or request.headers.get("x-session") or request.query_params.get("session")
     name = name or "default"
-    if not isinstance(name, str) or not SESSION_NAME.match(name):
+    if not isinstance(name, str) or not SESSION_NAME.fullmatch(name):
         raise LmdError(
             "The session name must be 1 to 128 letters, digits or . _ - : @ +; pick another."
         )
@@ -103,7 +147,7 @@ def get_daemon(request: Request) -> Daemon:
 # -- /v1 ------------------------------------------------------------------------------------
 async def v1(request: Request) -> Response:
     daemon = get_daemon(request)
-    body = await read_body(request, daemon.settings()["max_body_bytes"])
+    body = await read_request_body(request, daemon)
     text = decode_text(body)
     given_session = None
     if "json" in request.headers.get("content-type", ""):
@@ -115,6 +159,7 @@ async def v1(request: Request) -> Response:
             ) from None
         if not isinstance(data, dict) or not isinstance(data.get("input"), str):
             raise LmdError('The JSON body needs an "input" string; send {"input": "your words"}.')
+        check_encodable(data)
         text = data["input"]
         given_session = data.get("session")
     if not text.strip():
@@ -123,7 +168,7 @@ async def v1(request: Request) -> Response:
         raise LmdError("The utterance contains a NUL character; send plain text.")
     name = session_name(request, given_session)
     cwd = request.headers.get("x-cwd") or request.query_params.get("cwd")
-    if cwd and not Path(cwd).is_absolute():
+    if cwd and (not Path(cwd).is_absolute() or "\x00" in cwd):
         raise LmdError("The working directory must be an absolute path.")
     # speak_plain_replies is the clients plugin's setting (absent when it is not loaded).
     plain = not wants_json(request) and not wants_stream(request)
@@ -151,7 +196,17 @@ async def answer(
     if speak and streaming:
         chunks = speak_stream(chunks)
     if not streaming:
-        reply = "".join([c async for c in chunks])
+        task = asyncio.current_task()
+        daemon.inflight.add(task)
+        try:
+            reply = "".join([c async for c in chunks])
+        except asyncio.CancelledError:
+            if not daemon.stopping:
+                raise
+            task.uncancel()  # our own cut (see Daemon.stop_inflight): answer with a sentence
+            raise LmdError(SHUTDOWN_SENTENCE, status=503) from None
+        finally:
+            daemon.inflight.discard(task)
         if speak:
             reply = speakable(reply)
             outcome.extra = {**outcome.extra, "speech": reply}
@@ -204,14 +259,16 @@ async def settings_put(request: Request) -> Response:
     daemon = get_daemon(request)
     name = request.path_params["name"]
     spec = daemon.settings().spec(name)
-    raw = decode_text(await read_body(request, daemon.settings()["max_body_bytes"]))
+    check_unprotected(daemon, spec)
+    raw = decode_text(await read_request_body(request, daemon))
     if "json" in request.headers.get("content-type", ""):
         try:
             data = json.loads(raw)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise LmdError('The JSON body is malformed; send {"value": ...}.') from None
         if not isinstance(data, dict) or "value" not in data:
             raise LmdError('The JSON body needs a "value"; send {"value": ...}.')
+        check_encodable(data)
         raw = data["value"]
     value = spec.parse(raw)
     daemon.store.set_setting(name, spec.dump(value))
@@ -222,8 +279,15 @@ async def settings_reset(request: Request) -> Response:
     daemon = get_daemon(request)
     name = request.path_params["name"]
     spec = daemon.settings().spec(name)
+    check_unprotected(daemon, spec)
     daemon.store.set_setting(name, spec.dump(spec.default))
     return JSONResponse(daemon.settings().describe([name])[0])
+
+
+def check_unprotected(daemon: Daemon, spec: Any) -> None:
+    """Protected settings change over HTTP only on a daemon with a token (the Guard has then
+    checked it); otherwise any local web page or process could, e.g., switch approval off."""
+    refuse_if_protected(spec, bool(daemon.token))
 
 
 def prompt_rows(prompts: list, settings: Any, now: float) -> list[dict]:
@@ -249,8 +313,6 @@ def prompt_rows(prompts: list, settings: Any, now: float) -> list[dict]:
 
 
 async def history(request: Request) -> Response:
-    import time
-
     daemon = get_daemon(request)
     try:
         limit = int(request.query_params.get("limit", "20"))
@@ -267,6 +329,8 @@ async def promote(request: Request) -> Response:
         prompt_id = int(request.path_params["id"])
     except ValueError:
         raise LmdError("The prompt id must be a whole number.") from None
+    if not 0 < prompt_id <= MAX_PROMPT_ID:
+        raise LmdError(f"There is no prompt {prompt_id}; `lmd history` lists them.", status=404)
     prompt = daemon.store.prompt(prompt_id)
     if prompt is None:
         raise LmdError(f"There is no prompt {prompt_id}; `lmd history` lists them.", status=404)
@@ -275,6 +339,12 @@ async def promote(request: Request) -> Response:
     return JSONResponse(
         {"id": prompt_id, "kind": "operative", "karma": settings["contextual_karma"]}
     )
+
+
+async def openapi_json(request: Request) -> Response:
+    from .openapi import build_spec
+
+    return JSONResponse(build_spec(get_daemon(request)))
 
 
 # -- the guard: token, host and origin checks (pure ASGI for speed) -------------------------
@@ -296,11 +366,8 @@ class Guard:
             if _host_name(host) not in LOOPBACK_HOSTS:
                 problem = (403, "This daemon answers only requests addressed to localhost.")
             origin = headers.get("origin")
-            if (
-                origin
-                and origin != "null"
-                and _host_name(_origin_host(origin)) not in LOOPBACK_HOSTS
-            ):
+            # "null" comes from sandboxed iframes and file: pages: still a web page, refused.
+            if origin is not None and _host_name(_origin_host(origin)) not in LOOPBACK_HOSTS:
                 problem = (403, "Cross-origin requests from web pages are refused.")
         if problem is None and self.token and scope["path"] != "/healthz":
             given = headers.get("authorization", "")
@@ -323,10 +390,18 @@ class Guard:
 
 
 def _host_name(host: str) -> str:
+    """The name part of a Host value; the whole value when what follows is not a port."""
     host = host.strip().lower()
-    if host.startswith("["):
-        return host[: host.find("]") + 1] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    if host.startswith("[") and "]" in host:
+        end = host.index("]") + 1
+        name, rest = host[:end], host[end:]
+    elif host.count(":") == 1:
+        name, rest = host.split(":")[0], ":" + host.split(":")[1]
+    else:
+        name, rest = host, ""
+    if rest and not (rest[:1] == ":" and rest[1:].isdigit()):
+        return host  # "[::1]evil", "localhost:x": not a loopback name, so refused
+    return name
 
 
 def _origin_host(origin: str) -> str:
@@ -336,6 +411,58 @@ def _origin_host(origin: str) -> str:
 # -- the app ----------------------------------------------------------------------------------
 async def handle_lmd_error(request: Request, e: Exception) -> Response:
     return error_response(request, e)  # type: ignore[arg-type]
+
+
+def explain_db_error(e: sqlite3.Error) -> LmdError:
+    """A database failure as a sentence: locked by another program, disk full, or other."""
+    text = str(e).lower()
+    if "locked" in text or "busy" in text:
+        return LmdError(
+            "The database is locked by another program; try again in a moment.", status=503
+        )
+    if "full" in text:
+        return LmdError(
+            "The disk holding the database is full, so nothing could be saved; free some space "
+            "and try again.",
+            status=507,
+        )
+    return LmdError(
+        f"The database failed ({type(e).__name__}); check the daemon's log and the disk.",
+        status=500,
+    )
+
+
+async def handle_db_error(request: Request, e: Exception) -> Response:
+    log.error("database error on %s: %s", request.url.path, e)
+    return error_response(request, explain_db_error(e))  # type: ignore[arg-type]
+
+
+async def handle_http_error(request: Request, e: Exception) -> Response:
+    """Starlette's 404/405 as sentences (a voice client reads them out)."""
+    status = getattr(e, "status_code", 400)
+    headers = dict(getattr(e, "headers", None) or {})
+    if status == 404:
+        message = f"There is no route {request.url.path}; GET /openapi.json lists them."
+    elif status == 405:
+        allowed = headers.get("allow") or headers.get("Allow") or "another method"
+        message = f"{request.url.path} does not take {request.method}; use {allowed}."
+    else:
+        message = str(getattr(e, "detail", "")) or "The request was refused."
+    response = error_response(request, LmdError(message, status=status))
+    response.headers.update(headers)
+    return response
+
+
+async def handle_unexpected(request: Request, e: Exception) -> Response:
+    # Starlette logs the traceback after this; the client still gets a sentence, not HTML.
+    return error_response(
+        request,
+        LmdError(
+            f"Something went wrong inside lmd ({type(e).__name__}); the details are in the "
+            "daemon's log.",
+            status=500,
+        ),
+    )
 
 
 def create_app(
@@ -366,13 +493,20 @@ def create_app(
         Route("/settings/{name}", settings_reset, methods=["DELETE"]),
         Route("/history", history, methods=["GET"]),
         Route("/history/{id}/promote", promote, methods=["POST"]),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
     ]
     for path, endpoint, methods in daemon.registry.routes:
         routes.append(Route(path, endpoint, methods=methods))
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={LmdError: handle_lmd_error, SettingError: handle_lmd_error},
+        exception_handlers={
+            LmdError: handle_lmd_error,
+            SettingError: handle_lmd_error,
+            sqlite3.Error: handle_db_error,
+            HTTPException: handle_http_error,
+            Exception: handle_unexpected,
+        },
     )
     app.state.daemon = daemon
     guarded = Guard(app, token, loopback_only)

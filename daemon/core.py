@@ -117,6 +117,15 @@ class Daemon:
         self._llms: dict[tuple, Any] = {}
         self._directives: tuple[Any, dict] | None = None
         self.state: dict[str, Any] = {}  # plugins keep their process-wide objects here
+        self.stopping = False  # set when shutdown starts
+        self.inflight: set[asyncio.Task] = set()  # non-streaming turns being answered
+
+    def stop_inflight(self) -> None:
+        """Shutdown's grace is nearly over: cut the turns still running, so each can still
+        answer its client with a sentence before the server drops the connections."""
+        self.stopping = True
+        for task in list(self.inflight):
+            task.cancel("lmd is shutting down")
 
     def settings(self) -> Settings:
         """A fresh snapshot (the CLI may change the table while we run)."""

@@ -64,4 +64,11 @@ CORE_SETTINGS = [
     Setting("min_score_to_include_prompt", 0.00001, "float", "Lowest score sent.", min=0),
     Setting("max_body_bytes", 1048576, "int", "Largest request body in bytes.", min=64),
     Setting("shutdown_grace_secs", 10.0, "float", "Seconds to finish work on shutdown.", min=0),
+    Setting(
+        "body_read_timeout_secs",
+        30.0,
+        "float",
+        "Seconds a request body may take to arrive (slow senders get 408).",
+        min=0.1,
+    ),
 ]

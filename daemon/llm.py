@@ -46,6 +46,7 @@ class LLM:
 
         self.url = url
         self.model = model
+        self._key = key
         self.timeout = timeout
         self._openai = openai
         self.client = openai.AsyncOpenAI(
@@ -72,11 +73,46 @@ class LLM:
 
     async def complete(self, messages: list[dict], **kwargs: Any) -> Any:
         """The raw ChatCompletion object (for logprobs, n, reasoning fields)."""
-        kwargs.setdefault("model", self.model)
         try:
-            return await self.client.chat.completions.create(messages=messages, **kwargs)
+            return await self._post_chat(messages, kwargs, stream=False)
         except Exception as e:
             raise self.explain(e) from e
+
+    async def _post_chat(self, messages: list[dict], kwargs: dict, stream: bool) -> Any:
+        """POST /chat/completions with the body as given.
+
+        `chat.completions.create` would first walk every message through the SDK's typed
+        transform, about 0.3 ms per message: with a full history that was most of the
+        daemon's time per request (14 ms vs 1.6 ms for 50 messages). `client.post` keeps
+        the SDK's retries, timeouts, error types and response parsing.
+        """
+        from openai import AsyncStream
+        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+        options: dict[str, Any] = {}
+        for arg, option in (
+            ("extra_headers", "headers"),
+            ("extra_query", "params"),
+            ("extra_body", "extra_json"),
+            ("timeout", "timeout"),
+        ):
+            value = kwargs.pop(arg, None)
+            if value is not None:
+                options[option] = value
+        body = {"model": self.model, "messages": messages}
+        body.update(
+            (k, v) for k, v in kwargs.items() if type(v).__name__ not in ("NotGiven", "Omit")
+        )
+        if stream:
+            body["stream"] = True
+        return await self.client.post(
+            "/chat/completions",
+            body=body,
+            options=options,
+            cast_to=ChatCompletion,
+            stream=stream,
+            stream_cls=AsyncStream[ChatCompletionChunk],
+        )
 
     async def completion(self, prompt: str, **kwargs: Any) -> Any:
         """The legacy completions endpoint (raw prompts for base models)."""
@@ -88,21 +124,33 @@ class LLM:
 
     async def stream(self, messages: list[dict], **kwargs: Any) -> AsyncIterator[str]:
         """Text chunks as the backend produces them."""
-        kwargs.setdefault("model", self.model)
         try:
-            stream = await self.client.chat.completions.create(
-                messages=messages, stream=True, **kwargs
-            )
+            stream = await self._post_chat(messages, kwargs, stream=True)
+            finished = False
             async for chunk in stream:
+                if chunk.choices and chunk.choices[0].finish_reason:
+                    finished = True
                 if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
                     yield chunk.choices[0].delta.content
+            if not finished:
+                # The connection closed mid-answer: say so rather than pass a cut reply as whole.
+                raise BackendError(
+                    "The language model's answer was cut off before it finished; try again."
+                )
         except BackendError:
             raise
         except Exception as e:
             raise self.explain(e) from e
 
     def explain(self, e: Exception) -> BackendError:
-        """Map an openai/httpx exception to one sentence."""
+        """Map an openai/httpx exception to one sentence, never carrying the API key."""
+        error = self._explain(e)
+        if isinstance(error.detail, str) and len(self._key) >= 8:
+            # Some servers echo the key they refused; the detail reaches clients and logs.
+            error.detail = error.detail.replace(self._key, "[redacted]")
+        return error
+
+    def _explain(self, e: Exception) -> BackendError:
         o = self._openai
         if isinstance(e, BackendError):
             return e
@@ -114,8 +162,8 @@ class LLM:
             )
         if isinstance(e, o.APIConnectionError):
             return BackendError(
-                f"I could not reach the language model at {self.url}; check that it is running "
-                "and that openai_chat_endpoint is right."
+                f"I could not reach the language model at {shown_url(self.url)}; check that it "
+                "is running and that openai_chat_endpoint is right."
             )
         if isinstance(e, o.AuthenticationError):
             return BackendError(
@@ -140,6 +188,16 @@ class LLM:
             f"The language model sent something I could not read ({type(e).__name__}); try again.",
             detail=str(e)[:300],
         )
+
+
+def shown_url(url: str) -> str:
+    """The URL without user:password (some proxies take credentials in the URL)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 def _short(e: Exception) -> str:

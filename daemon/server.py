@@ -100,7 +100,16 @@ def serve(bind: str, home: Path | None, token: str | None) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await hypercorn_serve(app, config, shutdown_trigger=stop.wait)
+
+        async def shutdown_trigger() -> None:
+            await stop.wait()
+            daemon.stopping = True
+            # Cut what still runs a little before hypercorn's own hard cut, which would send
+            # an empty 500: this way each client hears a sentence.
+            grace = config.graceful_timeout
+            loop.call_later(max(0.0, grace - min(1.0, grace / 4)), daemon.stop_inflight)
+
+        await hypercorn_serve(app, config, shutdown_trigger=shutdown_trigger)
 
     asyncio.run(main())
     print("lmd stopped.", file=sys.stderr, flush=True)

@@ -49,6 +49,9 @@ class Setting:
     synonyms: Mapping[str, str] = field(default_factory=dict)
     check: Callable[[Any], str | None] | None = None
     plugin: str = "core"
+    # Protected settings guard the user's safety (e.g. command approval): over HTTP they can be
+    # changed only when the daemon has a token (and the request presents it); the CLI always can.
+    protected: bool = False
 
     def allowed(self) -> str:
         """Say in words what values are allowed."""
@@ -138,6 +141,17 @@ class Setting:
 
     def _refuse(self, raw: Any) -> SettingError:
         return SettingError(f"{self.name} cannot be {_show(raw)}; it must be {self.allowed()}.")
+
+
+def refuse_if_protected(spec: Setting, has_token: bool) -> None:
+    """Refuse (403) a change to a protected setting that arrives over HTTP (a route, or a mode
+    answering /v1) when the daemon has no token: any local process or web page could send it."""
+    if spec.protected and not has_token:
+        raise LmdError(
+            f"The setting {spec.name} is protected: change it with "
+            f"`lmd settings set {spec.name} ...`, or run the daemon with a token.",
+            status=403,
+        )
 
 
 def _num(x: float) -> str:
@@ -239,16 +253,17 @@ class Settings:
                 value, source = self._resolve(name)
             except SettingError as e:
                 value, source = self._stored.get(name), f"invalid: {e}"
-            rows.append(
-                {
-                    "name": name,
-                    "value": value,
-                    "default": spec.default,
-                    "source": source,
-                    "type": spec.type,
-                    "allowed": spec.allowed(),
-                    "help": spec.help,
-                    "plugin": spec.plugin,
-                }
-            )
+            row = {
+                "name": name,
+                "value": value,
+                "default": spec.default,
+                "source": source,
+                "type": spec.type,
+                "allowed": spec.allowed(),
+                "help": spec.help,
+                "plugin": spec.plugin,
+            }
+            if spec.protected:
+                row["protected"] = True
+            rows.append(row)
         return rows

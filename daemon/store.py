@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -96,7 +97,11 @@ class Store:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # History holds what the user said and what commands printed: private to the user.
+        # SQLite gives the -wal and -shm files the database file's mode.
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if str(path) != ":memory:" and not self.path.exists():
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
         # The daemon touches SQLite from the event loop and from worker threads; sqlite itself
         # is threadsafe, and `lock` serialises our multi-statement writes.
         conn = sqlite3.connect(
@@ -108,9 +113,26 @@ class Store:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=30000")
         conn.execute("PRAGMA foreign_keys=ON")
+        # The core's reads use their own connection: in WAL mode a reader never waits for a
+        # writer, so while another program holds the write lock only writes wait (the core
+        # does those in worker threads) and the event loop keeps serving.
+        self._reader = self.db
+        if str(path) != ":memory:":
+            reader = sqlite3.connect(
+                str(self.path), check_same_thread=False, isolation_level=None, timeout=30
+            )
+            reader.execute("PRAGMA busy_timeout=30000")
+            self._reader = sqlite_utils.Database(reader)
 
     def close(self) -> None:
+        if self._reader is not self.db:
+            self._reader.close()
         self.db.close()
+
+    def _read(self, sql: str, args: list | None = None) -> list[dict]:
+        """Rows of a query; inside a write transaction, from its connection (to see its rows)."""
+        db = self.db if self.db.conn.in_transaction else self._reader
+        return db.execute_returning_dicts(sql, args or [])
 
     # -- migrations ---------------------------------------------------------------------
     def migrate(self, extra: Iterable[tuple[str, Migration]] = ()) -> list[str]:
@@ -142,7 +164,7 @@ class Store:
 
     # -- settings -----------------------------------------------------------------------
     def stored_settings(self) -> dict[str, str]:
-        return {name: value for name, value in self.db.execute("SELECT name, value FROM settings")}
+        return {r["name"]: r["value"] for r in self._read("SELECT name, value FROM settings")}
 
     def set_setting(self, name: str, value: str) -> None:
         with self.lock:
@@ -188,14 +210,14 @@ class Store:
 
     def recent(self, session: str, limit: int) -> list[Prompt]:
         """The session's newest `limit` prompts that may enter a context, oldest first."""
-        rows = self.db.execute_returning_dicts(
+        rows = self._read(
             "SELECT * FROM prompts WHERE session = ? AND role != 'error' ORDER BY id DESC LIMIT ?",
             [session, limit],
         )
         return [Prompt.from_row(r) for r in reversed(rows)]
 
     def prompt(self, prompt_id: int) -> Prompt | None:
-        rows = self.db.execute_returning_dicts("SELECT * FROM prompts WHERE id = ?", [prompt_id])
+        rows = self._read("SELECT * FROM prompts WHERE id = ?", [prompt_id])
         return Prompt.from_row(rows[0]) if rows else None
 
     def history(self, session: str | None = None, limit: int = 20) -> list[Prompt]:
@@ -205,7 +227,7 @@ class Store:
         else:
             sql = "SELECT * FROM prompts WHERE session = ? ORDER BY id DESC LIMIT ?"
             args = [session, limit]
-        return [Prompt.from_row(r) for r in reversed(self.db.execute_returning_dicts(sql, args))]
+        return [Prompt.from_row(r) for r in reversed(self._read(sql, args))]
 
     def update_prompt(self, prompt_id: int, **fields: Any) -> None:
         if "meta" in fields:
@@ -228,7 +250,7 @@ class Store:
 
     # -- sessions -----------------------------------------------------------------------
     def session(self, name: str) -> Session:
-        rows = self.db.execute_returning_dicts("SELECT * FROM sessions WHERE name = ?", [name])
+        rows = self._read("SELECT * FROM sessions WHERE name = ?", [name])
         if not rows:
             return Session(name=name, created_at=time.time())
         r = rows[0]

@@ -5,6 +5,7 @@ The user's turn is stored before any model call, so a failing backend never lose
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from .core import Daemon
 
 log = logging.getLogger("lmd.turn")
+
+CUT_SENTENCE = "The daemon stopped before this was finished; say it again."
 
 
 @dataclass
@@ -97,15 +100,17 @@ async def run_turn(
         if parsed.mode is not None and not parsed.rest:
             # A directive alone switches the session's mode.
             session.mode, session.last_active = mode_name, now
-            outcome.user_prompt_id = store_turn("user", parsed.word or mode_name, "decorative")
+            outcome.user_prompt_id = await in_thread(
+                store_turn, "user", parsed.word or mode_name, "decorative"
+            )
             reply = f"Switched to {mode_name} mode."
-            outcome.reply_prompt_id = store_turn("assistant", reply, "decorative")
-            store.save_session(session)
+            outcome.reply_prompt_id = await in_thread(store_turn, "assistant", reply, "decorative")
+            await in_thread(store.save_session, session)
             outcome.reply = reply
             yield reply
             return
 
-        outcome.user_prompt_id = store_turn("user", parsed.rest, "default")
+        outcome.user_prompt_id = await in_thread(store_turn, "user", parsed.rest, "default")
         session.mode, session.last_active = mode_name, now
         ctx = Context(
             daemon=daemon,
@@ -130,6 +135,11 @@ async def run_turn(
         except LmdError as e:
             _record_failure(store, outcome, store_turn, e.message, session)
             raise
+        except asyncio.CancelledError:
+            # Shutdown's grace ran out (or the task was cancelled): say so in the history.
+            if not chunks:
+                _record_failure(store, outcome, store_turn, CUT_SENTENCE, session)
+            raise
         except Exception as e:
             log.exception("mode %s failed", mode_name)
             message = f"The {mode_name} mode failed unexpectedly ({type(e).__name__}); try again."
@@ -147,11 +157,17 @@ async def run_turn(
         outcome.pending = session.pending
         outcome.extra = ctx.extra
         if reply:
-            outcome.reply_prompt_id = store_turn(
-                "assistant", reply, ctx.reply_kind, meta=ctx.reply_meta or None
+            outcome.reply_prompt_id = await in_thread(
+                store_turn, "assistant", reply, ctx.reply_kind, meta=ctx.reply_meta or None
             )
         session.last_active = time.time()
-        store.save_session(session)
+        await in_thread(store.save_session, session)
+
+
+async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a database write (and its token count) off the event loop: when another program
+    holds the lock, SQLite waits up to 30 s, and only this request should wait with it."""
+    return await asyncio.to_thread(fn, *args, **kwargs)
 
 
 def _record_failure(store, outcome: Outcome, store_turn, message: str, session) -> None:

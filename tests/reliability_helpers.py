@@ -1,0 +1,301 @@
+"""Helpers of the reliability suite: a load driver with a database audit, throwaway plugins
+(in-process modules and installed distributions for a live `lmd serve`), process checks.
+
+Used by tests/test_load.py, tests/test_crash.py, tests/test_shutdown.py and
+benchmarks/bench_load.py (which puts tests/ on sys.path).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import sqlite3
+import sys
+import textwrap
+import threading
+import time
+import types
+import urllib.error
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fake_backend import Reply
+
+# -- a backend that echoes which utterance it answers ------------------------------------------
+
+
+def echo_handler(error_rate: float = 0.0, seed: int = 7):
+    """Reply "re <tag>" to the newest user message; fail with 500 at `error_rate`."""
+    rng = random.Random(seed)
+    lock = threading.Lock()
+
+    def handler(body: dict) -> Reply:
+        users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+        if not users:
+            return Reply("no user message", status=400)
+        last = users[-1]["content"]
+        with lock:
+            fail = rng.random() < error_rate
+        if fail:
+            return Reply("scripted failure", status=500)
+        return Reply(f"re {last}")
+
+    return handler
+
+
+# -- the load driver -----------------------------------------------------------------------------
+@dataclass
+class Sent:
+    session: str
+    text: str
+    sent_at: float
+    acked_at: float = 0.0
+    status: int = 0  # 0: no HTTP answer (connection refused or cut)
+    reply: str = ""
+    kind: str = ""
+
+
+@dataclass
+class LoadResult:
+    sent: list[Sent] = field(default_factory=list)
+    wall: float = 0.0
+
+    @property
+    def acked(self) -> list[Sent]:
+        return [s for s in self.sent if s.status == 200]
+
+    def errors(self) -> Counter:
+        return Counter(s.kind for s in self.sent if s.status != 200)
+
+    def latencies(self) -> list[float]:
+        return sorted(s.acked_at - s.sent_at for s in self.sent if s.status)
+
+    def figures(self) -> dict:
+        lat = self.latencies()
+
+        def pct(p: float) -> float:
+            return lat[min(len(lat) - 1, int(p * len(lat)))] * 1000 if lat else 0.0
+
+        return {
+            "requests": len(self.sent),
+            "acknowledged": len(self.acked),
+            "wall_secs": round(self.wall, 2),
+            "req_per_sec": round(len(self.sent) / self.wall, 1) if self.wall else 0.0,
+            "p50_ms": round(pct(0.50), 1),
+            "p95_ms": round(pct(0.95), 1),
+            "p99_ms": round(pct(0.99), 1),
+            "errors": dict(self.errors()),
+        }
+
+
+def say(url: str, session: str, text: str, timeout: float = 30.0) -> tuple[int, str, str]:
+    """POST one utterance; (status, reply or error sentence, error kind)."""
+    req = urllib.request.Request(
+        url + "/v1",
+        data=text.encode(),
+        headers={"X-Session": session, "Accept": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())["reply"], ""
+    except urllib.error.HTTPError as e:
+        body = e.read().decode("utf-8", "replace")
+        try:
+            kind = json.loads(body).get("kind", "error")
+        except ValueError:
+            kind = "unreadable"
+        return e.code, body, f"http_{e.code}_{kind}"
+    except (OSError, ValueError, http.client.HTTPException) as e:  # refused, reset, cut
+        return 0, str(e), "connection"
+
+
+def run_load(
+    url: str,
+    clients: int,
+    sessions: int,
+    requests: int,
+    stop: threading.Event | None = None,
+    prefix: str = "u",
+) -> LoadResult:
+    """`clients` threads send `requests` utterances in all, spread over `sessions` sessions.
+
+    Each utterance is unique ("<prefix>-<n> ...") so the audit can find it in the database.
+    """
+    result = LoadResult()
+    counter = iter(range(requests))
+    lock = threading.Lock()
+
+    def worker(w: int) -> None:
+        while stop is None or not stop.is_set():
+            with lock:
+                n = next(counter, None)
+            if n is None:
+                return
+            session = f"load{n % sessions}"
+            s = Sent(session, f"{prefix}-{n} from client {w}", time.monotonic())
+            with lock:
+                result.sent.append(s)
+            s.status, s.reply, s.kind = say(url, session, s.text)
+            s.acked_at = time.monotonic()
+            if stop is not None and not s.status:
+                return  # the daemon is gone (a crash test): stop rather than spin
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=worker, args=(w,), daemon=True) for w in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    result.wall = time.monotonic() - start
+    return result
+
+
+class BackgroundLoad:
+    """Endless load in a thread until `finish()`: for killing the daemon mid-run."""
+
+    def __init__(self, url: str, clients: int, sessions: int, prefix: str) -> None:
+        self.stop = threading.Event()
+        self.result = LoadResult()
+
+        def go() -> None:
+            self.result = run_load(url, clients, sessions, 10**6, self.stop, prefix)
+
+        self.thread = threading.Thread(target=go, daemon=True)
+        self.thread.start()
+
+    def finish(self, timeout: float = 60) -> LoadResult:
+        self.stop.set()
+        self.thread.join(timeout)
+        return self.result
+
+
+def audit(db_path: Path, result: LoadResult, replies_expected: bool = True) -> dict:
+    """Check the database against what the clients saw; return counts, raise AssertionError.
+
+    - every acknowledged utterance is stored exactly once, and (when `replies_expected`) its
+      reply "re <utterance>" exactly once, right after it in its session;
+    - every utterance that got an HTTP error answer is stored once too (nothing lost);
+    - per session, an utterance acknowledged before another was sent is stored before it.
+    """
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    rows = conn.execute("SELECT id, session, role, content, status FROM prompts").fetchall()
+    conn.close()
+    by_content = Counter((r[1], r[2], r[3]) for r in rows)
+    by_session: dict[str, list[tuple]] = {}
+    for r in sorted(rows):
+        by_session.setdefault(r[1], []).append(r)
+    user_id = {(r[1], r[3]): r[0] for r in rows if r[2] == "user"}
+    problems = []
+    for s in result.sent:
+        n = by_content[(s.session, "user", s.text)]
+        if s.status and n != 1:  # an HTTP answer came: the utterance must be there once
+            problems.append(f"{s.text!r} (HTTP {s.status}) stored {n} times")
+        if not s.status and n > 1:
+            problems.append(f"{s.text!r} (no answer) stored {n} times")
+        if s.status == 200 and replies_expected:
+            if s.reply != f"re {s.text}":
+                problems.append(f"{s.text!r} got the reply {s.reply!r}")
+            if by_content[(s.session, "assistant", f"re {s.text}")] != 1:
+                problems.append(f"the reply to {s.text!r} is not stored exactly once")
+            else:
+                seq = by_session[s.session]
+                i = next(k for k, r in enumerate(seq) if r[2] == "user" and r[3] == s.text)
+                nxt = seq[i + 1] if i + 1 < len(seq) else None
+                if not nxt or nxt[2] != "assistant" or nxt[3] != f"re {s.text}":
+                    problems.append(f"the reply to {s.text!r} does not follow it")
+    # order: within a session, acknowledged-before-sent implies stored-before
+    acked = sorted((s for s in result.acked), key=lambda s: s.acked_at)
+    for session in {s.session for s in acked}:
+        mine = [s for s in result.sent if s.session == session and s.status]
+        for a in mine:
+            if a.status != 200:
+                continue
+            for b in mine:
+                if (
+                    b.sent_at > a.acked_at
+                    and user_id[(session, b.text)] < user_id[(session, a.text)]
+                ):
+                    problems.append(f"{b.text!r} was stored before {a.text!r}")
+    assert not problems, f"{len(problems)} problems, e.g.: " + "; ".join(problems[:5])
+    return {"rows": len(rows), "sessions": len(by_session)}
+
+
+# -- throwaway plugins --------------------------------------------------------------------------
+def plugin_module(name: str, source: str) -> types.ModuleType:
+    """An in-process plugin module from source (register it with pm.register(module))."""
+    module = types.ModuleType(name)
+    exec(compile(textwrap.dedent(source), f"<{name}>", "exec"), module.__dict__)
+    return module
+
+
+def install_plugin(site: Path, module: str, source: str, entry: str | None = None) -> None:
+    """Install `module` as a distribution in `site` (put it on PYTHONPATH for `lmd serve`)."""
+    site.mkdir(parents=True, exist_ok=True)
+    (site / f"{module}.py").write_text(textwrap.dedent(source))
+    dist = site / f"{module}-0.0.1.dist-info"
+    dist.mkdir(exist_ok=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.0.1\n")
+    (dist / "entry_points.txt").write_text(f"[lmd]\n{entry or module} = {module}\n")
+
+
+# A mode that runs its words as a bash command through daemon.runner (as marat will).
+COMMAND_MODE = """
+from daemon.hookspecs import hookimpl
+from daemon.modes import Mode
+
+
+async def respond(ctx):
+    from daemon.runner import run_command
+
+    result = await run_command(ctx.text, ctx.session.cwd or "/", 60, 2000)
+    yield result.describe()
+
+
+@hookimpl
+def register_modes(register):
+    register(Mode("runcmd", respond, description="Run the words as a command (test only)."))
+"""
+
+
+def plugin_env(site: Path) -> dict:
+    """Environment for a live daemon that sees the plugin installed in `site`."""
+    path = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
+    return {"PYTHONPATH": path}
+
+
+# -- processes ------------------------------------------------------------------------------------
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group still exists (zombies count as gone)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # killpg succeeds while zombies remain; look for a live member.
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def log_line(*parts: object) -> None:
+    print(*parts, file=sys.stderr, flush=True)
