@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from daemon.errors import LmdError
 from daemon.hookspecs import hookimpl
 from daemon.modes import Context, Mode
-from daemon.settings import SettingError, Settings, env_name
+from daemon.settings import SettingError, Settings, env_name, refuse_if_protected
 
 DIRECTIVE = "knob"
 ALIASES = ("nob", "knobs")
@@ -175,6 +175,7 @@ def handle(ctx: Context) -> str:
     if verb in ("set", "change", "make", "put") and rest:
         name, raw = _split_name_value(rest, settings)
         spec = settings.spec(name)
+        refuse_if_protected(spec, bool(ctx.daemon.token))
         try:
             value = typed_value(raw, spec)
         except SettingError as e:
@@ -185,6 +186,7 @@ def handle(ctx: Context) -> str:
     if verb in ("reset", "default", "restore") and rest:
         name = setting_name(" ".join(rest), settings)
         spec = settings.spec(name)
+        refuse_if_protected(spec, bool(ctx.daemon.token))
         store.set_setting(name, spec.dump(spec.default))
         ctx.extra["setting"] = {"name": name, "value": spec.default}
         return f"{_said(name)} is back to its default, {show(spec.default, spec)}." + _env_note(

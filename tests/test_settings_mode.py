@@ -40,10 +40,24 @@ def test_spoken_values_of_each_type(client):
     assert setting(client, "max_thought_loops")["value"] == 12
     say(client, "knob set recent history limit = 1,500")
     assert setting(client, "recent_history_limit")["value"] == 1500
-    say(client, "knob set marat approval to Always")
-    assert setting(client, "marat_approval")["value"] == "always"
     say(client, "knob set system to Debian 12 bookworm")
     assert setting(client, "system")["value"] == "Debian 12 bookworm"
+
+
+def test_the_approval_setting_needs_the_token(make_client):
+    # Without a token any local process or web page could turn approval off: refused.
+    open_client = make_client()
+    r = say(open_client, "knob set marat approval to never")
+    assert r.status_code == 403 and "marat_approval is protected" in r.json()["error"]
+    assert say(open_client, "knob reset marat approval").status_code == 403
+    assert open_client.put("/settings/marat_approval", content="never").status_code == 403
+    assert setting(open_client, "marat_approval")["value"] == "unsafe"
+    # With a token, the authenticated request may change it, by voice too.
+    guarded = make_client(token="t0k")
+    auth = {"Authorization": "Bearer t0k", "Accept": "application/json", "X-Session": "s1"}
+    r = guarded.post("/v1", content=b"knob set marat approval to Always", headers=auth)
+    assert r.json()["reply"] == "marat approval is now always."
+    assert guarded.get("/settings/marat_approval", headers=auth).json()["value"] == "always"
 
 
 @pytest.mark.parametrize(
@@ -58,8 +72,8 @@ def test_spoken_values_of_each_type(client):
             "max tokens cannot be '-5'; it must be a whole number of at least 1.",
         ),
         (
-            "knob set marat approval to maybe",
-            "marat approval cannot be 'maybe'; it must be one of never, unsafe, always.",
+            "knob set lm score aggregation to maybe",
+            "lm score aggregation cannot be 'maybe'; it must be one of maj, avg.",
         ),
         (
             "knob show max tokenz",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 import time
@@ -24,7 +25,20 @@ class LabelRun:
 def read_key() -> str:
     """One key press on a terminal; one line (its first letter) from a pipe; '' at the end."""
     if sys.stdin.isatty():
-        return click.getchar().lower()
+        import termios
+        import tty
+
+        fd = sys.stdin.fileno()
+        old = termios.tcgetattr(fd)
+        try:
+            # TCSANOW, not the default TCSAFLUSH: a key pressed before we got here still counts.
+            tty.setcbreak(fd, termios.TCSANOW)
+            data = os.read(fd, 4)
+        finally:
+            termios.tcsetattr(fd, termios.TCSANOW, old)
+        if data[:1] in (b"\x03", b"\x04"):  # Ctrl-C / Ctrl-D in cbreak mode: quit
+            return "q"
+        return data[:1].decode("ascii", "ignore").lower()
     line = sys.stdin.readline()
     return line.strip()[:1].lower() if line else ""
 

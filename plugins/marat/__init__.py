@@ -25,6 +25,7 @@ SETTINGS = [
         "Which commands wait for a spoken yes: never, unsafe (all but clearly read-only), always.",
         choices=("never", "unsafe", "always"),
         synonyms={"none": "never", "off": "never", "all": "always", "safe": "unsafe"},
+        protected=True,  # only the CLI, or an HTTP request with the token, may change it
     ),
     Setting(
         "marat_command_timeout_secs",
