@@ -58,6 +58,7 @@ class LLM:
                 limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
             ),
         )
+        self._fast = _fast_chat(self.client, key)
 
     async def close(self) -> None:
         await self.client.close()
@@ -74,6 +75,9 @@ class LLM:
         """The raw ChatCompletion object (for logprobs, n, reasoning fields)."""
         kwargs.setdefault("model", self.model)
         try:
+            body = self._fast.body(messages, kwargs) if self._fast is not None else None
+            if body is not None:
+                return await self._fast.create(body)
             return await self.client.chat.completions.create(messages=messages, **kwargs)
         except Exception as e:
             raise self.explain(e) from e
@@ -140,6 +144,16 @@ class LLM:
             f"The language model sent something I could not read ({type(e).__name__}); try again.",
             detail=str(e)[:300],
         )
+
+
+def _fast_chat(client: Any, key: str) -> Any:
+    """The lean non-streaming path (daemon/fastchat.py), or None if this SDK lacks its needs."""
+    from .fastchat import FastChat
+
+    try:
+        return FastChat(client, key)
+    except (AttributeError, TypeError, ValueError, ImportError):
+        return None
 
 
 def _short(e: Exception) -> str:
