@@ -44,6 +44,8 @@ class LLM:
         import httpx
         import openai
 
+        from .http_pools import SpreadTransport
+
         self.url = url
         self.model = model
         self.timeout = timeout
@@ -55,7 +57,7 @@ class LLM:
             max_retries=retries,
             http_client=httpx.AsyncClient(
                 timeout=timeout,
-                limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+                transport=SpreadTransport(max_connections=256, keepalive=64),
             ),
         )
         self._fast = _fast_chat(self.client, key)
