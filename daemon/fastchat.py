@@ -1,11 +1,13 @@
-"""A lean path for non-streaming chat completions, beside the openai SDK.
+"""A lean path for chat completions, beside the openai SDK.
 
 The SDK spends milliseconds of CPU per call walking each request through its TypedDict
 transforms (about 0.1 ms per message of history) and building the response models; with a
 long history, or a thousand LM_SCORE calls, that is most of the daemon's work. For requests
 that are plain JSON this path posts the same body with the SDK client's own httpx pool and
-builds the same `ChatCompletion`, following the SDK's retry policy and raising the SDK's own
-exception types, so `LLM.explain` maps errors exactly as before. Anything else (extra headers
+builds the same `ChatCompletion` (or, streamed, decodes the events with the SDK's own SSE
+decoder into the same chunks, ending at [DONE] and raising on an error event as the SDK does),
+following the SDK's retry policy and raising the SDK's own exception types, so `LLM.explain`
+maps errors exactly as before. Anything else (extra headers
 or query, a per-call timeout, unknown parameters, values that are not plain JSON) goes through
 the SDK, as does everything when the SDK lacks the internals used here.
 """
@@ -16,6 +18,7 @@ import json
 import logging
 import math
 import random
+from collections.abc import AsyncIterator
 from typing import Any
 
 log = logging.getLogger("lmd.llm")
@@ -30,7 +33,7 @@ SDK_ONLY = frozenset({"extra_headers", "extra_query", "timeout", "stream"})
 
 
 class FastChat:
-    """Non-streaming chat completions for one `openai.AsyncOpenAI` client."""
+    """Chat completions, plain and streamed, for one `openai.AsyncOpenAI` client."""
 
     def __init__(self, client: Any, api_key: str) -> None:
         """Raise AttributeError when the SDK lacks what this path relies on."""
@@ -38,12 +41,13 @@ class FastChat:
 
         import httpx
         import openai
-        from openai.types.chat import ChatCompletion
+        from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
         for name in (
             "_should_retry",
             "_parse_retry_after_header",
             "_make_status_error_from_response",
+            "_make_sse_decoder",
         ):
             getattr(client, name)
         self.client = client
@@ -57,9 +61,10 @@ class FastChat:
         self.httpx = httpx
         self.openai = openai
         self.ChatCompletion = ChatCompletion
+        self.ChatCompletionChunk = ChatCompletionChunk
         self._headers: dict[str, str] | None = None
 
-    def body(self, messages: Any, kwargs: dict[str, Any]) -> bytes | None:
+    def body(self, messages: Any, kwargs: dict[str, Any], stream: bool = False) -> bytes | None:
         """The JSON body the SDK would send, or None when the SDK must handle this call."""
         if not kwargs.keys() <= self.accepted:
             return None
@@ -67,6 +72,8 @@ class FastChat:
         if extra is not None and not isinstance(extra, dict):
             return None
         body = {k: v for k, v in kwargs.items() if k != "extra_body"}
+        if stream:
+            body["stream"] = True
         body["messages"] = messages
         if extra:
             body.update(extra)
@@ -93,6 +100,40 @@ class FastChat:
 
     async def create(self, content: bytes) -> Any:
         """POST the body; retry as the SDK would; return what the SDK would return."""
+        return self.parse(await self.send(content))
+
+    async def stream(self, content: bytes) -> AsyncIterator[Any]:
+        """POST a streaming body; yield each ChatCompletionChunk as the SDK's stream does."""
+        import anyio
+
+        response = await self.send(content, stream=True)
+        try:
+            events = self.client._make_sse_decoder().aiter_bytes(response.aiter_bytes())
+            async for sse in events:
+                if sse.data.startswith("[DONE]"):
+                    # Read the rest (briefly) so the connection can serve the next request.
+                    with anyio.move_on_after(1.0):
+                        try:
+                            async for _ in events:
+                                pass
+                        except self.httpx.HTTPError:
+                            pass
+                    break
+                data = sse.json()
+                if isinstance(data, dict) and data.get("error"):
+                    error = data["error"]
+                    message = error.get("message") if isinstance(error, dict) else None
+                    if not message or not isinstance(message, str):
+                        message = "An error occurred during streaming"
+                    raise self.openai.APIError(
+                        message=message, request=response.request, body=error
+                    )
+                yield self.build(self.ChatCompletionChunk, data)
+        finally:
+            await response.aclose()
+
+    async def send(self, content: bytes, stream: bool = False) -> Any:
+        """The successful response, after the SDK's retries; else the SDK's exception."""
         import anyio
 
         o, httpx = self.openai, self.httpx
@@ -107,7 +148,7 @@ class FastChat:
                 headers={**self.headers(), "x-stainless-retry-count": str(taken)},
             )
             try:
-                response = await self.http.send(request)
+                response = await self.http.send(request, stream=stream)
             except httpx.TimeoutException as err:
                 if remaining > 0:
                     await anyio.sleep(self.retry_delay(taken, None))
@@ -127,7 +168,7 @@ class FastChat:
                 raise self.client._make_status_error_from_response(response) from None
             break
         assert response is not None
-        return self.parse(response)
+        return response
 
     def retry_delay(self, taken: int, headers: Any) -> float:
         """The SDK's wait before retry number taken + 1: Retry-After, else backoff with jitter."""
@@ -152,10 +193,15 @@ class FastChat:
             data = json.loads(response.content)
         if not isinstance(data, dict):
             return data
+        return self.build(self.ChatCompletion, data)
+
+    @staticmethod
+    def build(model: Any, data: dict) -> Any:
+        """The SDK's model for `data`: validated when it fits (fast), else built as is."""
         try:
-            return self.ChatCompletion.model_validate(data)
+            return model.model_validate(data)
         except Exception:
             # Odd but readable answers: the SDK builds them without validation.
             from openai._models import construct_type
 
-            return construct_type(type_=self.ChatCompletion, value=data)
+            return construct_type(type_=model, value=data)

@@ -96,9 +96,13 @@ class LLM:
         """Text chunks as the backend produces them."""
         kwargs.setdefault("model", self.model)
         try:
-            stream = await self.client.chat.completions.create(
-                messages=messages, stream=True, **kwargs
-            )
+            body = self._fast.body(messages, kwargs, stream=True) if self._fast else None
+            if body is not None:
+                stream = self._fast.stream(body)
+            else:
+                stream = await self.client.chat.completions.create(
+                    messages=messages, stream=True, **kwargs
+                )
             async for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
                     yield chunk.choices[0].delta.content

@@ -8,6 +8,7 @@ sentences must agree.
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from conftest import Reply
@@ -215,3 +216,63 @@ def test_an_unknown_parameter_is_refused_as_before(backend):
     (fast, fast_reqs), (sdk, _) = run_both(backend, call)
     assert isinstance(fast, BackendError) and fast.message == sdk.message
     assert fast_reqs == []
+
+
+# -- streams ----------------------------------------------------------------------------------
+async def collect(llm: LLM, **kwargs) -> list[str]:
+    return [piece async for piece in llm.stream(HISTORY, **kwargs)]
+
+
+SSE = {"Content-Type": "text/event-stream"}
+
+
+def sse(*events: dict | str) -> bytes:
+    lines = [e if isinstance(e, str) else json.dumps(e) for e in events]
+    return "".join(f"data: {line}\n\n" for line in lines).encode()
+
+
+def delta(text: str) -> dict:
+    return {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("reply", "kwargs"),
+    [
+        (Reply("one two three four"), {}),
+        (Reply("one two three four"), {"temperature": 0.2, "stop": ["x"]}),
+        (Reply("one two three four", truncate=2), {}),
+        (Reply(chunks=["Grüße ", "世界", "\n", ""]), {}),
+        (Reply(body=sse(delta("a"), delta("b"), "[DONE]", delta("after")), headers=SSE), {}),
+    ],
+)
+def test_streams_match_the_sdk(backend, reply, kwargs):
+    (fast, fast_reqs), (sdk, sdk_reqs) = run_both(
+        backend, lambda llm: collect(llm, **kwargs), replies=[reply]
+    )
+    assert fast == sdk and fast  # the same pieces, and some
+    assert fast_reqs[0].body == sdk_reqs[0].body
+    assert fast_reqs[0].body["stream"] is True and fast_reqs[0].body["messages"] == HISTORY
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply("boom", status=500),
+        Reply("slow down", status=429),
+        Reply(body=sse(delta("a"), {"error": {"message": "overloaded"}}), headers=SSE),
+        Reply(body=sse(delta("a"), {"error": "bare"}), headers=SSE),
+        Reply(body=sse(delta("a"), "not json"), headers=SSE),
+    ],
+)
+def test_stream_failures_match_the_sdk(backend, reply):
+    (fast, fast_reqs), (sdk, sdk_reqs) = run_both(backend, collect, replies=[reply])
+    assert len(fast_reqs) == len(sdk_reqs) == 1
+    assert isinstance(fast, BackendError) and isinstance(sdk, BackendError)
+    assert (fast.message, fast.status, fast.detail) == (sdk.message, sdk.status, sdk.detail)
+    assert type(fast.__cause__) is type(sdk.__cause__)
