@@ -96,9 +96,10 @@ class LLM:
         """Text chunks as the backend produces them."""
         kwargs.setdefault("model", self.model)
         try:
-            body = self._fast.body(messages, kwargs, stream=True) if self._fast else None
+            fast = self._fast
+            body = fast.body(messages, kwargs, stream=True) if fast is not None else None
             if body is not None:
-                stream = self._fast.stream(body)
+                stream = fast.stream(body)
             else:
                 stream = await self.client.chat.completions.create(
                     messages=messages, stream=True, **kwargs
@@ -153,7 +154,7 @@ class LLM:
 
 
 def _fast_chat(client: Any, key: str) -> Any:
-    """The lean non-streaming path (daemon/fastchat.py), or None if this SDK lacks its needs."""
+    """The lean chat path (daemon/fastchat.py), or None if this SDK lacks what it needs."""
     from .fastchat import FastChat
 
     try:
