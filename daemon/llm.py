@@ -44,6 +44,8 @@ class LLM:
         import httpx
         import openai
 
+        from .http_pools import SpreadTransport
+
         self.url = url
         self.model = model
         self._key = key
@@ -56,9 +58,10 @@ class LLM:
             max_retries=retries,
             http_client=httpx.AsyncClient(
                 timeout=timeout,
-                limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+                transport=SpreadTransport(max_connections=256, keepalive=64),
             ),
         )
+        self._fast = _fast_chat(self.client, key)
 
     async def close(self) -> None:
         await self.client.close()
@@ -74,6 +77,9 @@ class LLM:
     async def complete(self, messages: list[dict], **kwargs: Any) -> Any:
         """The raw ChatCompletion object (for logprobs, n, reasoning fields)."""
         try:
+            body = self._fast.body(messages, kwargs) if self._fast is not None else None
+            if body is not None:
+                return await self._fast.create(body)
             return await self._post_chat(messages, kwargs, stream=False)
         except Exception as e:
             raise self.explain(e) from e
@@ -125,7 +131,12 @@ class LLM:
     async def stream(self, messages: list[dict], **kwargs: Any) -> AsyncIterator[str]:
         """Text chunks as the backend produces them."""
         try:
-            stream = await self._post_chat(messages, kwargs, stream=True)
+            fast = self._fast
+            body = fast.body(messages, kwargs, stream=True) if fast is not None else None
+            if body is not None:
+                stream = fast.stream(body)
+            else:
+                stream = await self._post_chat(messages, kwargs, stream=True)
             finished = False
             async for chunk in stream:
                 if chunk.choices and chunk.choices[0].finish_reason:
@@ -198,6 +209,16 @@ def shown_url(url: str) -> str:
     if "@" not in parts.netloc:
         return url
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def _fast_chat(client: Any, key: str) -> Any:
+    """The lean chat path (daemon/fastchat.py), or None if this SDK lacks what it needs."""
+    from .fastchat import FastChat
+
+    try:
+        return FastChat(client, key)
+    except (AttributeError, TypeError, ValueError, ImportError):
+        return None
 
 
 def _short(e: Exception) -> str:

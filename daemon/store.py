@@ -7,9 +7,10 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import sqlite_utils
@@ -40,6 +41,16 @@ class Prompt:
         row = dict(row)
         row["meta"] = json.loads(row.get("meta") or "{}")
         return cls(**row)
+
+    @classmethod
+    def from_tuple(cls, row: tuple) -> Prompt:
+        """From a row selected as PROMPT_COLUMNS (the hot path: no dicts, no empty-meta JSON)."""
+        meta = row[10]
+        return cls(*row[:10], json.loads(meta) if meta and meta != "{}" else {})
+
+
+# The columns of Prompt, in order, for from_tuple.
+PROMPT_COLUMNS = "id, session, role, content, tokens, karma, kind, mode, created_at, status, meta"
 
 
 @dataclass
@@ -109,6 +120,7 @@ class Store:
         )
         self.db = sqlite_utils.Database(conn)
         self.lock = threading.RLock()
+        self._settings: tuple[int, Mapping[str, str]] | None = None  # (data_version, rows)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=30000")
@@ -156,6 +168,7 @@ class Store:
                     )
                 applied.append(name)
             self.db.executescript(SETTINGS_SQL.read_text(encoding="utf-8"))
+            self._settings = None
             return applied
 
     def transaction(self):
@@ -163,11 +176,26 @@ class Store:
         return _Transaction(self)
 
     # -- settings -----------------------------------------------------------------------
-    def stored_settings(self) -> dict[str, str]:
-        return {r["name"]: r["value"] for r in self._read("SELECT name, value FROM settings")}
+    def stored_settings(self) -> Mapping[str, str]:
+        """The settings table as a read-only mapping, re-read only when it may have changed.
+
+        Every request asks for it, so it is cached: `PRAGMA data_version` on the reading
+        connection changes whenever any other connection commits (our own writer, the CLI's
+        `lmd settings set`, another process); `set_setting` and `migrate` also drop the cache.
+        No lock: the reader never waits for a writer (WAL), so a held write lock elsewhere
+        cannot stall the event loop here.
+        """
+        conn = (self.db if self.db.conn.in_transaction else self._reader).conn
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        cached = self._settings
+        if cached is None or cached[0] != version:
+            rows = conn.execute("SELECT name, value FROM settings").fetchall()
+            cached = self._settings = (version, MappingProxyType(dict(rows)))
+        return cached[1]
 
     def set_setting(self, name: str, value: str) -> None:
         with self.lock:
+            self._settings = None
             self.db.execute(
                 "INSERT INTO settings (name, value) VALUES (?, ?) "
                 "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
@@ -210,11 +238,13 @@ class Store:
 
     def recent(self, session: str, limit: int) -> list[Prompt]:
         """The session's newest `limit` prompts that may enter a context, oldest first."""
-        rows = self._read(
-            "SELECT * FROM prompts WHERE session = ? AND role != 'error' ORDER BY id DESC LIMIT ?",
+        conn = (self.db if self.db.conn.in_transaction else self._reader).conn
+        rows = conn.execute(
+            f"SELECT {PROMPT_COLUMNS} FROM prompts WHERE session = ? AND role != 'error'"
+            " ORDER BY id DESC LIMIT ?",
             [session, limit],
-        )
-        return [Prompt.from_row(r) for r in reversed(rows)]
+        ).fetchall()
+        return [Prompt.from_tuple(r) for r in reversed(rows)]
 
     def prompt(self, prompt_id: int) -> Prompt | None:
         rows = self._read("SELECT * FROM prompts WHERE id = ?", [prompt_id])

@@ -3,7 +3,6 @@ settings and its database for the cache; `lmd score --daemon` asks the running d
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import json
 import sys
@@ -41,6 +40,8 @@ def score(
         except ClientError as e:
             _fail(e.message)
     else:
+        import asyncio  # here, not at the top: it costs `lmd --help` ~15 ms
+
         from .sql import open_scorer
 
         try:
