@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import sys
 import time
@@ -117,6 +116,8 @@ def run(**o: Any) -> int:
     progress = sys.stderr.isatty() if o["progress"] is None else o["progress"]
     started = time.monotonic()
     stats = {"scored": 0, "bounded": 0, "unrated": 0}
+    import asyncio  # here, not at the top: `lmd --help` imports this module
+
     try:
         asyncio.run(
             score_into(todo, templates, cfg, settings, scores, o["details"], progress, stats)
@@ -173,6 +174,8 @@ async def score_into(
     stats: dict,
 ) -> None:
     """Score `todo` and append each result to `scores` as soon as it is ready."""
+    import asyncio
+
     from tqdm import tqdm
 
     from .engine import score_samples
