@@ -378,8 +378,12 @@ def _legacy_logprobs(spec: list) -> dict:
     }
 
 
-if __name__ == "__main__":  # `python tests/fake_backend.py` serves until Ctrl-C (for manual runs)
+if __name__ == "__main__":  # `python tests/fake_backend.py [--latency S]` serves until Ctrl-C
+    import sys
+
     b = FakeBackend().start()
+    if "--latency" in sys.argv:
+        b.latency = float(sys.argv[sys.argv.index("--latency") + 1])
     print(b.url, flush=True)
     try:
         while True:
