@@ -42,6 +42,20 @@ def fields_option(value: Any) -> str | None:
     raise LmdError('"fields" must be like {"instruction": "prompt"} or "instruction=prompt".')
 
 
+def confine_paths(cfg: Any, options: dict, home: Any) -> Any:
+    """Paths in the request (rp_file; model when the backend is a local model) must lie in
+    the daemon's home: a request must not make the daemon read an arbitrary file."""
+    from dataclasses import replace
+
+    from daemon.paths import allowed_http_path
+
+    if options.get("rp_file"):
+        cfg = replace(cfg, rp_file=str(allowed_http_path(cfg.rp_file, home, "rp_file")))
+    if options.get("model") and cfg.backend == "transformers":
+        cfg = replace(cfg, model=str(allowed_http_path(cfg.model, home, "model directory")))
+    return cfg
+
+
 async def selectit_route(request: Any) -> Any:
     from starlette.responses import JSONResponse
 
@@ -69,6 +83,7 @@ async def selectit_route(request: Any) -> Any:
     fields = parse_fields(fields_option(options.pop("fields", None)))
     settings = daemon.settings()
     cfg = resolve(settings, {}, options, "in the request")
+    cfg = confine_paths(cfg, options, daemon.home)
     templates = choose_templates(load_templates(cfg.rp_file or None), cfg.k)
     samples = [to_sample(r, n, fields) for n, r in enumerate(records, start=1)]
     check_unique(samples, "the request")
