@@ -104,3 +104,71 @@ async def selectit_route(request: Any) -> Any:
         return JSONResponse(results[0])
     missing = sum(not s.valid for s in samples)
     return JSONResponse({"results": results, "count": len(results), "missing": missing})
+
+
+# OpenAPI description of the route (served at /openapi.json, checked by schemathesis).
+_RECORD = {"type": "object", "description": 'An Alpaca record: {"instruction", "output"}.'}
+_RESULT = {
+    "type": "object",
+    "properties": {"id": {}, "score": {"type": "number"}},
+    "required": ["id", "score"],
+}
+selectit_route.openapi = {
+    "post": {
+        "summary": "SelectIT scores of one record or a list (as the CLI computes them).",
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "oneOf": [
+                            {"type": "array", "items": _RECORD, "minItems": 1},
+                            {
+                                "type": "object",
+                                "description": "One record, or {records|record, options}.",
+                            },
+                        ]
+                    }
+                }
+            },
+        },
+        "responses": {
+            "200": {
+                "description": "One result, or {results, count, missing}.",
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "oneOf": [
+                                _RESULT,
+                                {
+                                    "type": "object",
+                                    "properties": {
+                                        "results": {"type": "array", "items": _RESULT},
+                                        "count": {"type": "integer"},
+                                        "missing": {"type": "integer"},
+                                    },
+                                    "required": ["results", "count", "missing"],
+                                },
+                            ]
+                        }
+                    }
+                },
+            },
+            **{
+                code: {
+                    "description": why,
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}
+                    },
+                }
+                for code, why in (
+                    ("400", "A bad record or option, in one sentence."),
+                    ("403", "A path option outside the daemon's home."),
+                    ("413", "The body is too large."),
+                    ("502", "The backend failed."),
+                    ("504", "The backend took too long."),
+                )
+            },
+        },
+    }
+}
