@@ -392,3 +392,110 @@ def test_service_install_writes_no_secret_anywhere(tmp_path):
     assert "EnvironmentFile=-%h/.config/lmd/env" in (target / "lmd.service").read_text()
     assert sentinel not in r.stdout + r.stderr
     assert json.dumps(sentinel) not in r.stdout
+
+
+# -- 6. the API key in a full live session across every feature ---------------------------------
+SENTINEL = "sk-SENTINEL-features-5e7d1c9a3b"
+
+
+def test_api_key_never_leaks_across_all_features(home, backend, live, tmp_path):
+    """marat, cobol, LM_SCORE, SelectIT, Elo, chat completions and propose in one live
+    daemon with a sentinel key, DEBUG logs and a backend that echoes the key in its errors:
+    the key is in no response, header, log line or CLI output."""
+    import urllib.error
+    import urllib.request
+
+    from cobol_helpers import BUILD, FIX_ADD, make_repo
+    from conftest import Reply, configure
+    from marat_helpers import action, final
+
+    def auth() -> str:
+        return backend.requests[-1].headers.get("authorization", "")
+
+    def echoing(body: dict) -> Reply | str:
+        text = json.dumps(body)
+        if "refuse" in text:
+            return Reply(f"Incorrect API key provided: {auth()}", status=401)
+        if "break" in text:
+            return Reply(f"upstream failed for {auth()}", status=500)
+        if body.get("logprobs"):
+            return dist_reply({"4": 1.0})
+        return "7"
+
+    repo = make_repo(tmp_path / "project")
+    configure(home, marat_approval="never", cobol_build_command=BUILD, llm_max_retries=0)
+    backend.handler = echoing
+    d = live(env={"OPENAI_API_KEY": SENTINEL, "LMD_LOG_LEVEL": "DEBUG"})
+    seen: list[str] = []
+    statuses: list[tuple[str, int]] = []
+
+    def call(method, path, body=None, headers=None, expect=(200,)):
+        data = body if isinstance(body, bytes | None) else json.dumps(body).encode()
+        req = urllib.request.Request(d.url + path, data=data, method=method)
+        for k, v in {"Accept": "application/json", **(headers or {})}.items():
+            req.add_header(k, v)
+        if not isinstance(body, bytes | None):
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                status, text = r.status, json.dumps(dict(r.headers)) + r.read().decode()
+        except urllib.error.HTTPError as e:
+            status, text = e.code, json.dumps(dict(e.headers)) + e.read().decode()
+        seen.append(text)
+        statuses.append((path, status))
+        assert status in expect, (method, path, status, text[-500:])
+        return text
+
+    # marat: one command run, then a backend echoing the key
+    backend.handler = None
+    backend.queue(action("ls"), final("Listed."))
+    call("POST", "/v1", b"marat list the files", {"X-Session": "m", "X-Cwd": str(repo)})
+    backend.handler = echoing
+    call("POST", "/v1", b"marat please refuse", {"X-Session": "m2"}, expect=(200, 502))
+    assert '"command":"ls"' in call("GET", "/marat/commands").replace(" ", "")
+    # cobol: a focus, a rewrite applied, a failing backend
+    cwd = {"X-Session": "c", "X-Cwd": str(repo)}
+    call("POST", "/v1", b"cobol focus on calc.py lines 1 to 8", cwd)
+    backend.handler = None
+    backend.queue(FIX_ADD)
+    call("POST", "/v1", b"cobol fix the add function", cwd, expect=(200, 400, 409, 422, 502))
+    backend.handler = echoing
+    call("POST", "/v1", b"cobol now break it", cwd, expect=(200, 400, 409, 422, 502))
+    # LM_SCORE, SelectIT, Elo
+    call("POST", "/lm_score", {"contents": ["a"], "question": "Is it fine?", "cache": False})
+    call("POST", "/lm_score", {"prompt": "break it", "cache": False}, expect=(502, 422))
+    call("POST", "/selectit", {"record": alpaca(1)[0], "details": True})
+    call("POST", "/selectit", {"instruction": "break", "output": "x"}, expect=(200, 502))
+    call("POST", "/elo/battles", {"battles": [{"model_a": "x", "model_b": "y", "winner": "tie"}]})
+    call("GET", "/elo/leaderboard?bootstrap=0")
+    call("GET", "/elo?bootstrap=0", headers={"Accept": "text/html"})
+    # OpenAI-compatible chat, streamed and not, and a refused key; propose
+    for stream in (False, True):
+        for words in ("hello", "please refuse", "now break"):
+            body = {"model": "lmd-dali", "stream": stream,
+                    "messages": [{"role": "user", "content": words}]}  # fmt: skip
+            session = {"X-Session": f"chat-{stream}-{words.split()[-1]}"}
+            want = (200,) if words == "hello" else (502,)
+            call("POST", "/v1/chat/completions", body, session, expect=want)
+    call("GET", "/v1/models")
+    call("POST", "/v1/propose", b"list files", {"Accept": "text/plain"})
+    call("POST", "/v1/propose", b"please refuse", {"Accept": "text/plain"}, expect=(502,))
+    call("GET", "/settings")
+    call("GET", "/history?limit=1000")
+    # the key really went out on every call, and the echoing errors really happened
+    assert backend.requests and all(
+        r.headers.get("authorization") == f"Bearer {SENTINEL}" for r in backend.requests
+    )
+    assert sum(s >= 500 for _, s in statuses) >= 5, statuses
+    env = {**os.environ, "OPENAI_API_KEY": SENTINEL, "LMD_HOME": str(home)}
+    for args in (["history", "--json", "--limit", "1000"], ["settings", "list", "--json"],
+                 ["marat", "commands", "--json"], ["elo", "leaderboard", "-h"]):  # fmt: skip
+        out = subprocess.run([sys.executable, "-m", "daemon.cli", *args], capture_output=True,
+                             text=True, env=env, cwd=ROOT, timeout=30)  # fmt: skip
+        seen.append(out.stdout + out.stderr)
+    d.stop()
+    seen.append(d.output())
+    assert "DEBUG" in d.output() or "debug" in d.output().lower()
+    leaks = [s for s in seen if SENTINEL in s or SENTINEL[3:] in s]
+    assert not leaks, leaks[0][:2000]
+    assert "[redacted]" in "".join(seen)
