@@ -346,7 +346,7 @@ def test_elo_and_lm_score_routes_take_no_paths(make_client, backend):
 def test_openai_chat_endpoint_is_protected(make_client, home, backend):
     """Regression: any local program could repoint the endpoint and receive the API key."""
     client = make_client()
-    for name in ("openai_chat_endpoint", "lm_score_endpoint"):
+    for name in ("openai_chat_endpoint", "lm_score_endpoint", "elo_models_file"):
         r = client.put(f"/settings/{name}", content="http://127.0.0.1:9/v1")
         assert r.status_code == 403, r.text
         assert f"The setting {name} is protected" in r.json()["error"]
