@@ -263,7 +263,7 @@ def run_mixed(url: str, requests: int, clients: int, prefix: str = "") -> MixedR
         if kind == "dali":
             plan.append((kind, f"d{n % 2}", f"dali {prefix}u{n} from the load"))
         elif kind == "knob":
-            plan.append((kind, "k0", f"knob set max thought loops to {n % 90 + 10}"))
+            plan.append((kind, "k0", f"knob set max tokens to {1000 + n}"))
         else:
             plan.append((kind, f"m{n % 2}", f"marat {prefix}m{n} please"))
     run = MixedRun(LoadResult(), {}, {t: t.split(" ", 1)[1] for _, _, t in plan})
@@ -318,7 +318,7 @@ def audit_mixed(db_path: Path, run: MixedRun) -> dict:
         want = {
             "dali": f"re {text}",
             "marat": f"done {tag}",
-            "knob": f"max thought loops is now {s.text.split()[-1]}.",
+            "knob": f"max tokens is now {s.text.split()[-1]}.",
         }[kind]
         if s.reply != want:
             problems.append(f"{s.text!r} got {s.reply!r}, not {want!r}")

@@ -79,6 +79,6 @@ def test_mixed_load_dali_knob_and_marat(home, live, backend):
     knob_acked = sorted(
         (s for s in run.result.acked if run.kinds[id(s)] == "knob"), key=lambda s: s.acked_at
     )
-    current = say(d.url, "k0", "knob show max thought loops")[1]
-    assert current.startswith(f"max thought loops is {knob_acked[-1].text.split()[-1]}")
+    current = say(d.url, "k0", "knob show max tokens")[1]
+    assert current.startswith(f"max tokens is {knob_acked[-1].text.split()[-1]}")
     assert min(checked["acknowledged_by_mode"].values()) >= 20
