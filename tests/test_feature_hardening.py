@@ -288,6 +288,9 @@ def test_allowed_http_path_rules(tmp_path):
     (home / "link.txt").symlink_to(outside)
     assert allowed_http_path("rp.txt", home) == (home / "rp.txt").resolve()
     assert allowed_http_path(str(home / "rp.txt"), home) == (home / "rp.txt").resolve()
+    from plugins.selectit.prompts import BUILTIN_FILE
+
+    assert allowed_http_path(str(BUILTIN_FILE), home) == BUILTIN_FILE.resolve()  # our own file
     for bad in ["../secret.txt", str(outside), "link.txt", "/etc/passwd", "sub/../../secret.txt"]:
         with pytest.raises(LmdError) as e:
             allowed_http_path(bad, home, "rp_file")
@@ -332,14 +335,17 @@ def test_selectit_route_local_model_cannot_escape_home(make_client, tmp_path):
 
 
 def test_elo_and_lm_score_routes_take_no_paths(make_client, backend):
-    """Their query/body options are names and numbers: a path is just an unknown model."""
+    """Their options are names and numbers: a path is just text, never opened."""
+    backend.handler = lambda body: "7"
     client = make_client()
     r = client.get("/elo/leaderboard", params={"anchor": "../../etc/passwd=1000"})
-    assert r.status_code in (200, 400) and "root:" not in r.text
+    assert r.status_code == 200 and "root:" not in r.text  # no battles: nothing to anchor
     r = client.post(
-        "/lm_score", json={"contents": ["x"], "question": "q?", "rp_file": "/etc/passwd"}
+        "/lm_score", json={"contents": ["/etc/passwd"], "question": "Is it fine?", "cache": False}
     )
-    assert "root:" not in r.text
+    assert r.status_code == 200 and r.json()["score"] == 7
+    sent = json.dumps(backend.chat_requests)
+    assert "/etc/passwd" in sent and "root:" not in sent  # the words went, not the file
 
 
 # -- 6. secrets -----------------------------------------------------------------------------------
