@@ -56,4 +56,4 @@ pyz: $(TEST_STAMP)
 .PHONY: soak
 # Reliability soak: a bigger load run plus ten kill -9 / restart cycles (see docs/reliability.md).
 soak: $(TEST_STAMP)
-	$(BIN)/python benchmarks/bench_load.py --requests 5000 --clients 32 --sessions 16 --crash-loops 10
+	$(BIN)/python benchmarks/bench_load.py --requests 5000 --clients 32 --sessions 16 --crash-loops 10 --mixed 1500

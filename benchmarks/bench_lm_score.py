@@ -289,11 +289,16 @@ def main() -> None:
     p.add_argument("--fake", action="store_true", help="(d) against the fake keyword judge")
     p.add_argument("--csv", type=Path, default=None, help="where (d) writes its scores")
     p.add_argument("--home", type=Path, default=None, help="LMD_HOME with the settings to use")
+    p.add_argument("--force", action="store_true", help="let --csv replace an existing file")
     p.add_argument("--rows", type=int, default=1000)
     p.add_argument("--naive-rows", type=int, default=50, help="rows timed row by row")
     p.add_argument("--latency", type=float, default=0.1, help="backend latency for (b)")
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
+    csv_out = args.csv or (Path("lm_score_company.csv") if args.company else None)
+    if csv_out is not None and not args.force and csv_out.is_file() and csv_out.stat().st_size:
+        # refuse before any scoring: a run on a real backend costs time and money
+        p.exit(2, f"{csv_out} already exists; give another --csv, or add --force to replace it.\n")
     if args.company:
         bench_company(args.fake, args.csv or Path("lm_score_company.csv"), args.home)
         return

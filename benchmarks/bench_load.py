@@ -4,7 +4,8 @@ Prints: requests, acknowledged, p50/p95/p99 latency, errors by kind, the ratio o
 load to p50 of one client alone (measured in the same run), and the database audit (every
 acknowledged utterance and reply stored exactly once, per-session order kept). With
 --crash-loops N it then kills the daemon with SIGKILL mid-load N times, restarting it each
-time, and checks integrity and the audit after each.
+time, and checks integrity and the audit after each. Then (--mixed N) a run mixing dali,
+knob setting changes and marat running a read-only command, audited the same way.
 
     .venv/bin/python benchmarks/bench_load.py                       # small, < 1 minute
     .venv/bin/python benchmarks/bench_load.py --requests 5000 --clients 32 --sessions 16 \
@@ -26,7 +27,16 @@ sys.path.insert(0, str(TESTS))
 
 from conftest import LiveDaemon, configure  # noqa: E402
 from fake_backend import FakeBackend  # noqa: E402
-from reliability_helpers import BackgroundLoad, LoadResult, audit, echo_handler, run_load  # noqa: E402
+from reliability_helpers import (  # noqa: E402
+    BackgroundLoad,
+    LoadResult,
+    audit,
+    audit_mixed,
+    echo_handler,
+    mixed_handler,
+    run_load,
+    run_mixed,
+)
 
 
 def start(home: Path) -> LiveDaemon:
@@ -62,6 +72,9 @@ def main() -> int:
     ap.add_argument("--error-rate", type=float, default=0.03)
     ap.add_argument("--latency", type=float, default=0.01, help="backend seconds per call")
     ap.add_argument("--crash-loops", type=int, default=0)
+    ap.add_argument(
+        "--mixed", type=int, default=150, help="requests of the dali+knob+marat run (0: none)"
+    )
     args = ap.parse_args()
 
     backend = FakeBackend().start()
@@ -115,6 +128,18 @@ def main() -> int:
             )
             if ok != "ok":
                 return 1
+        if args.mixed:
+            backend.handler = mixed_handler(error_rate=args.error_rate)
+            home = Path(tmp) / "mixed"
+            configure(home, openai_chat_endpoint=backend.url, llm_max_retries=0)
+            d = start(home)
+            try:
+                run = run_mixed(d.url, args.mixed, args.clients)
+                show(f"dali+knob+marat, {args.clients} clients on 5 sessions", run.result.figures())
+                print("mixed audit:", audit_mixed(home / "lmd.db", run), "ok", flush=True)
+            finally:
+                d.stop()
+                d.log.close()
     backend.stop()
     return 0
 

@@ -28,6 +28,7 @@ CORE_SETTINGS = [
         "str",
         "Base URL or full chat-completions URL of an OpenAI-compatible server.",
         check=_check_endpoint,
+        protected=True,  # it receives the API key: a local program must not repoint it
     ),
     Setting("llm_timeout_secs", 60.0, "float", "Seconds one backend call may take.", min=0.1),
     Setting("llm_max_retries", 2, "int", "Retries of one backend call.", min=0, max=10),

@@ -225,6 +225,127 @@ def audit(db_path: Path, result: LoadResult, replies_expected: bool = True) -> d
     return {"rows": len(rows), "sessions": len(by_session)}
 
 
+# -- mixed load: dali, knob and marat at once ---------------------------------------------------
+def mixed_handler(error_rate: float = 0.04, seed: int = 11):
+    """dali: "re <words>"; marat: first `echo <tag>`, then, seeing its output, a final answer
+    naming the tag; scripted 500s at `error_rate`."""
+    from marat_helpers import action, final
+
+    rng, lock = random.Random(seed), threading.Lock()
+
+    def handler(body: dict) -> Reply | str:
+        with lock:
+            if rng.random() < error_rate:
+                return Reply("scripted failure", status=500)
+        users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+        last = users[-1]["content"]
+        if last.startswith("Observation:"):
+            return final(f"done {last.split()[-1]}")
+        if body.get("stop"):  # marat asks with stop=["\nObservation:"]
+            return action(f"echo {last.split()[0]}")
+        return f"re {last}"
+
+    return handler
+
+
+@dataclass
+class MixedRun:
+    result: LoadResult
+    kinds: dict  # id(Sent) -> "dali" | "knob" | "marat"
+    stored: dict  # spoken text -> the utterance as stored
+
+
+def run_mixed(url: str, requests: int, clients: int, prefix: str = "") -> MixedRun:
+    """`requests` utterances, a third each to dali (2 sessions), knob (1) and marat (2)."""
+    plan = []
+    for n in range(requests):
+        kind = ("dali", "knob", "marat")[n % 3]
+        if kind == "dali":
+            plan.append((kind, f"d{n % 2}", f"dali {prefix}u{n} from the load"))
+        elif kind == "knob":
+            plan.append((kind, "k0", f"knob set max tokens to {1000 + n}"))
+        else:
+            plan.append((kind, f"m{n % 2}", f"marat {prefix}m{n} please"))
+    run = MixedRun(LoadResult(), {}, {t: t.split(" ", 1)[1] for _, _, t in plan})
+    todo, lock = iter(plan), threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                item = next(todo, None)
+                if item is None:
+                    return
+                kind, session, spoken = item
+                s = Sent(session, spoken, time.monotonic())
+                run.result.sent.append(s)
+                run.kinds[id(s)] = kind
+            s.status, s.reply, s.kind = say(url, session, spoken)
+            s.acked_at = time.monotonic()
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    run.result.wall = time.monotonic() - started
+    return run
+
+
+def audit_mixed(db_path: Path, run: MixedRun) -> dict:
+    """Every answered utterance stored once; every acknowledged one with its expected reply
+    once, after it, no other utterance between (marat's command output between them); per
+    session order kept; each acknowledged marat command ran once."""
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    rows = conn.execute("SELECT id, session, role, content FROM prompts ORDER BY id").fetchall()
+    ran = Counter(r[0] for r in conn.execute("SELECT command FROM marat_commands"))
+    conn.close()
+    utterances = set(run.stored.values())
+    by_session: dict[str, list[tuple]] = {}
+    for r in rows:
+        by_session.setdefault(r[1], []).append(r)
+    problems = []
+    for s in run.result.sent:
+        kind, text = run.kinds[id(s)], run.stored[s.text]
+        mine = by_session.get(s.session, [])
+        users = [i for i, r in enumerate(mine) if r[2] == "user" and r[3] == text]
+        if s.status and len(users) != 1:
+            problems.append(f"{s.text!r} (HTTP {s.status}) stored {len(users)} times")
+            continue
+        if s.status != 200:
+            continue
+        tag = s.text.split()[1]
+        want = {
+            "dali": f"re {text}",
+            "marat": f"done {tag}",
+            "knob": f"max tokens is now {s.text.split()[-1]}.",
+        }[kind]
+        if s.reply != want:
+            problems.append(f"{s.text!r} got {s.reply!r}, not {want!r}")
+        replies = [i for i, r in enumerate(mine) if r[2] == "assistant" and r[3] == s.reply]
+        if len(replies) != 1 or replies[0] < users[0]:
+            problems.append(f"the reply to {s.text!r} is stored {len(replies)} times or before")
+            continue
+        between = mine[users[0] + 1 : replies[0]]
+        if any(r[2] == "user" and r[3] in utterances for r in between):
+            problems.append(f"another utterance came between {s.text!r} and its reply")
+        if kind == "marat":
+            if not any(r[3].startswith("Observation:") and tag in r[3] for r in between):
+                problems.append(f"the command output for {s.text!r} is not before its reply")
+            if ran[f"echo {tag}"] != 1:
+                problems.append(f"the command of {s.text!r} ran {ran[f'echo {tag}']} times")
+    for session, mine in by_session.items():
+        ids = {r[3]: r[0] for r in mine if r[2] == "user"}
+        sent = [s for s in run.result.sent if s.session == session and s.status]
+        for a in (a for a in sent if a.status == 200):
+            for b in sent:
+                if b.sent_at > a.acked_at and ids[run.stored[b.text]] < ids[run.stored[a.text]]:
+                    problems.append(f"{b.text!r} was stored before {a.text!r}")
+    assert not problems, f"{len(problems)} problems, e.g.: " + "; ".join(problems[:5])
+    by_mode = Counter(run.kinds[id(s)] for s in run.result.acked)
+    return {"rows": len(rows), "acknowledged_by_mode": dict(by_mode)}
+
+
 # -- throwaway plugins --------------------------------------------------------------------------
 def plugin_module(name: str, source: str) -> types.ModuleType:
     """An in-process plugin module from source (register it with pm.register(module))."""

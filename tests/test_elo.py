@@ -591,7 +591,7 @@ def test_unknown_winners_stop_unless_skipped(tmp_path, home):
     out = tmp_path / "out.txt"
     out.write_text("keep me")
     fails(
-        lmd(home, "elo", "leaderboard", str(f), "-o", str(out)),
+        lmd(home, "elo", "leaderboard", str(f), "-o", str(out), "--force"),
         "has 2 rows with an unknown winner (first 'A wins' at line 3, 5)",
         "--skip-invalid",
     )

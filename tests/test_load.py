@@ -7,7 +7,15 @@ Small here (it runs in `make test`); `make soak` runs benchmarks/bench_load.py b
 from __future__ import annotations
 
 import pytest
-from reliability_helpers import audit, echo_handler, run_load, say
+from reliability_helpers import (
+    audit,
+    audit_mixed,
+    echo_handler,
+    mixed_handler,
+    run_load,
+    run_mixed,
+    say,
+)
 
 
 @pytest.mark.slow
@@ -49,3 +57,28 @@ def test_backend_client_is_imported_at_startup_not_on_the_first_request(home):
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=30
     )
     assert out.stdout.split() == ["False", "True"], out.stderr
+
+
+@pytest.mark.slow
+def test_mixed_load_dali_knob_and_marat(home, live, backend):
+    """Three modes at once: dali replies, knob changes a setting, marat runs a read-only
+    command and answers. Every acknowledged turn is stored exactly once with its reply after
+    it (marat's command output between them); per session, order is kept; each acknowledged
+    marat command ran once; the setting ends at the last acknowledged value."""
+    backend.handler = mixed_handler()
+    backend.latency = 0.005
+    d = live()
+    run = run_mixed(d.url, requests=90, clients=6)
+    figures = run.result.figures()
+    print("mixed load:", figures)
+    assert figures["requests"] == 90 and set(figures["errors"]) <= {"http_502_backend"}
+    checked = audit_mixed(home / "lmd.db", run)
+    print("mixed audit:", checked)
+    marat_calls = [b for b in backend.chat_requests if b.get("stop")]
+    assert any("Observation:" in m["content"] for b in marat_calls for m in b["messages"])
+    knob_acked = sorted(
+        (s for s in run.result.acked if run.kinds[id(s)] == "knob"), key=lambda s: s.acked_at
+    )
+    current = say(d.url, "k0", "knob show max tokens")[1]
+    assert current.startswith(f"max tokens is {knob_acked[-1].text.split()[-1]}")
+    assert min(checked["acknowledged_by_mode"].values()) >= 20

@@ -311,7 +311,7 @@ def test_database_files_are_private(tmp_path, backend):
     try:
         home = tmp_path / "fresh" / "lmd"
         with TestClient(create_app(home=home), base_url="http://127.0.0.1:8420") as c:
-            c.put("/settings/openai_chat_endpoint", content=backend.url)
+            c.app.state.daemon.store.set_setting("openai_chat_endpoint", backend.url)
             backend.queue("noted")
             assert c.post("/v1", content="dali my secret plan").status_code == 200
             files = [home / "lmd.db", home / "lmd.db-wal", home / "lmd.db-shm"]

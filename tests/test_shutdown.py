@@ -101,3 +101,54 @@ def test_sigterm_finishes_in_flight_work_and_kills_the_command_group(home, backe
     conn.close()
     assert [(r[0], r[1]) for r in rows] == [("user", "failed"), ("error", "error")]
     assert rows[1][2].startswith("The daemon stopped before this was finished")
+
+
+def _processes_running(marker: str) -> list[int]:
+    """Live processes whose command line contains `marker` (zombies are gone already)."""
+    from pathlib import Path
+
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in cmdline and state != "Z":
+            found.append(int(proc.name))
+    return found
+
+
+def test_sigterm_while_marat_runs_a_real_command(home, backend, live, tmp_path):
+    """The marat mode itself running `sleep` (in the background too): SIGTERM gives exit 0
+    within the grace, the command's process group is killed, nothing is left running."""
+    from marat_helpers import action
+
+    configure(home, shutdown_grace_secs=2, marat_approval="never", marat_command_timeout_secs=60)
+    d = live()
+    pgid_file = tmp_path / "pgid"
+    marker = "31.4159"  # a sleep length no other process on the machine uses
+    backend.queue(action(f"echo $$ > {pgid_file}; sleep {marker} & sleep {marker}; echo done"))
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.update(r=say(d.url, "m", "marat wait a while")))
+    t.start()
+    assert wait_for(lambda: pgid_file.exists() and pgid_file.read_text().strip(), 10)
+    pgid = int(pgid_file.read_text())
+    # bash itself and its two sleeps
+    assert wait_for(lambda: len(_processes_running(marker)) >= 3, 5), _processes_running(marker)
+    assert group_alive(pgid)
+    started = time.monotonic()
+    d.proc.send_signal(signal.SIGTERM)
+    code = d.proc.wait(15)
+    took = time.monotonic() - started
+    t.join(15)
+    print("marat shutdown took", round(took, 2), "s; the client got", result["r"][:2])
+    assert code == 0, d.output()
+    assert took < 2 + 3, f"shutdown took {took:.1f} s with a 2 s grace"
+    assert result["r"][0] == 503
+    assert "shutting down" in result["r"][1]
+    assert wait_for(lambda: not group_alive(pgid), 3), "the command's process group survived"
+    assert wait_for(lambda: not _processes_running(marker), 3), "orphan sleep processes"
+    # the model was asked once, with the utterance; the command never finished
+    assert len(backend.chat_requests) == 1
+    assert "wait a while" in json.dumps(backend.chat_requests[0]["messages"])

@@ -432,3 +432,142 @@ async def _sse(
     finally:
         await rest.aclose()  # type: ignore[attr-defined]
     yield "data: [DONE]\n\n"
+
+
+# -- OpenAPI descriptions (served at /openapi.json, checked by schemathesis) --------------------
+_OPENAI_ERROR = {
+    "type": "object",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+            "required": ["message", "type"],
+        }
+    },
+    "required": ["error"],
+}
+
+
+def _openai_errors(*codes: tuple[str, str]) -> dict:
+    return {
+        code: {"description": why, "content": {"application/json": {"schema": _OPENAI_ERROR}}}
+        for code, why in codes
+    }
+
+
+_MODEL = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"const": "model"},
+        "created": {"type": "integer"},
+        "owned_by": {"type": "string"},
+    },
+    "required": ["id", "object", "created", "owned_by"],
+}
+models.openapi = {
+    "get": {
+        "summary": "The model names lmd serves: lmd and lmd-<mode>.",
+        "responses": {
+            "200": {
+                "description": "The models.",
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "properties": {
+                                "object": {"const": "list"},
+                                "data": {"type": "array", "items": _MODEL},
+                            },
+                            "required": ["object", "data"],
+                        }
+                    }
+                },
+            }
+        },
+    }
+}
+model.openapi = {
+    "get": {
+        "summary": "One model.",
+        "parameters": [
+            {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+        ],
+        "responses": {
+            "200": {
+                "description": "The model.",
+                "content": {"application/json": {"schema": _MODEL}},
+            },
+            **_openai_errors(("404", "No such model here.")),
+        },
+    }
+}
+chat_completions.openapi = {
+    "post": {
+        "summary": "One lmd turn as an OpenAI chat completion (the last user message is said).",
+        "parameters": [
+            {"name": "X-Session", "in": "header", "schema": {"type": "string"}},
+        ],
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {
+                            "model": {"type": "string"},
+                            "messages": {
+                                "type": "array",
+                                "minItems": 1,
+                                "items": {
+                                    "type": "object",
+                                    "properties": {
+                                        "role": {"enum": sorted(ROLES)},
+                                        "content": {"type": "string"},
+                                    },
+                                    "required": ["role", "content"],
+                                },
+                            },
+                            "stream": {"type": "boolean"},
+                        },
+                        "required": ["messages"],
+                    }
+                }
+            },
+        },
+        "responses": {
+            "200": {
+                "description": "A chat completion, or its stream of chunks.",
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "properties": {
+                                "id": {"type": "string"},
+                                "object": {"const": "chat.completion"},
+                                "choices": {"type": "array", "minItems": 1},
+                                "usage": {"type": "object"},
+                            },
+                            "required": ["id", "object", "choices"],
+                        }
+                    },
+                    "text/event-stream": {"schema": {"type": "string"}},
+                },
+            },
+            **_openai_errors(
+                ("400", "A bad body, naming the field."),
+                ("404", "No such model here."),
+                ("408", "The body came too slowly."),
+                ("413", "The body is too large."),
+                ("502", "The backend failed."),
+                ("503", "The database is locked, or lmd is shutting down."),
+                ("504", "The backend took too long."),
+            ),
+        },
+    }
+}

@@ -98,3 +98,38 @@ async def propose(request: Any) -> Any:
             raise LmdError("The model proposed no command; say it another way.", status=502)
         keep("assistant", command, "decorative")
     return PlainTextResponse(command + "\n")
+
+
+propose.openapi = {
+    "post": {
+        "summary": "One proposed bash command for a half-typed shell line; runs nothing.",
+        "parameters": [
+            {"name": "X-Session", "in": "header", "schema": {"type": "string"}},
+            {"name": "X-Cwd", "in": "header", "schema": {"type": "string", "pattern": "^/"}},
+        ],
+        "requestBody": {
+            "required": True,
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+        "responses": {
+            "200": {
+                "description": "The command, one line.",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            },
+            **{
+                code: {
+                    "description": why,
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}
+                    },
+                }
+                for code, why in (
+                    ("400", "An empty line, a NUL, a bad session or working directory."),
+                    ("413", "The body is too large."),
+                    ("502", "The backend failed or proposed nothing."),
+                    ("504", "The backend took too long."),
+                )
+            },
+        },
+    }
+}

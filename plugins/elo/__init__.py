@@ -47,6 +47,7 @@ SETTINGS = [
         "str",
         "Models file; empty means LMD_HOME/elo_models.yaml.",
         check=_check_models_file,
+        protected=True,  # it names the servers that receive the API key
     ),
     Setting(
         "elo_concurrency",

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from daemon.errors import LmdError
+from daemon.paths import refuse_overwrite
 
 FORMATS = ("table", "csv", "json", "markdown")
 
@@ -87,6 +88,11 @@ def _battle_options(f):
     for o in reversed(opts):
         f = o(f)
     return f
+
+
+def force_option(f):
+    """--force: replace an existing output file (without it, an existing file is refused)."""
+    return click.option("--force", is_flag=True, help="Replace the output file if it exists.")(f)
 
 
 def _options(settings: Any, method, bootstrap, seed, k, scale, base, initial, anchor):
@@ -217,6 +223,7 @@ def register(cli: click.Group) -> None:
         help="Battles already arranged or judged; their pairs are not arranged again.",
     )
     @click.option("--shuffle", is_flag=True, help="Shuffle the battle order.")
+    @force_option
     @click.option("--seed", type=int, help="Seed of --shuffle.")
     @click.option(
         "--order-from",
@@ -224,8 +231,9 @@ def register(cli: click.Group) -> None:
         help="Follow another arrangement's order (and orientation).",
     )
     @friendly
-    def arrange(qa_file, output, existing, shuffle, seed, order_from) -> None:
+    def arrange(qa_file, output, existing, shuffle, seed, order_from, force) -> None:
         """All pairs of models that answered each question (question, model_a, model_b)."""
+        refuse_overwrite(output, force)
         from .arrange import arrange as run
         from .files import ARRANGE_COLUMNS, read_qa, read_table, write_table
 
@@ -369,12 +377,22 @@ def register(cli: click.Group) -> None:
     @click.option("--models", "models_file", help="Models file (default: elo_models_file).")
     @click.option("--concurrency", "-j", type=int, help="Calls in flight (elo_concurrency).")
     @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+    @force_option
     @home_option
     @friendly
     def ablation(
-        judged_file, output, consistent_out, judge_model, models_file, concurrency, as_json, home
+        judged_file,
+        output,
+        consistent_out,
+        judge_model,
+        models_file,
+        concurrency,
+        as_json,
+        force,
+        home,
     ) -> None:
         """Re-judge with answers A and B swapped; report agreement and position bias."""
+        refuse_overwrite(consistent_out, force, "--force")
         from .backends import resolve
         from .files import is_valid, read_table, write_table
         from .judge import consistency, judge_rows
@@ -490,6 +508,7 @@ def register(cli: click.Group) -> None:
         type=click.Path(dir_okay=False, path_type=Path),
         help="Write to a file instead of stdout.",
     )
+    @force_option
     @friendly
     def leaderboard(
         battles_file,
@@ -506,8 +525,10 @@ def register(cli: click.Group) -> None:
         fmt,
         as_json,
         output,
+        force,
     ) -> None:
         """Ratings of a battles file (model_a, model_b, winner) by Bradley–Terry or online Elo."""
+        refuse_overwrite(output, force)
         from .files import read_battles, write_text
         from .leaderboard import compute, render
 
@@ -540,6 +561,7 @@ def register(cli: click.Group) -> None:
         help="Q&A file, for the answers-per-model plots.",
     )
     @click.option("--title", default="Elo leaderboard", help="Page title.")
+    @force_option
     @friendly
     def report(
         battles_file,
@@ -556,8 +578,10 @@ def register(cli: click.Group) -> None:
         output,
         qa_file,
         title,
+        force,
     ) -> None:
         """A self-contained HTML page: table, CI whiskers, heatmaps, scatter, history."""
+        refuse_overwrite(output, force)
         from .files import read_battles, read_qa, write_text
         from .leaderboard import compute
         from .report import render_page
@@ -590,6 +614,7 @@ def register(cli: click.Group) -> None:
         type=click.Path(dir_okay=False, path_type=Path),
         help="Write to a file instead of stdout.",
     )
+    @force_option
     @friendly
     def matrix(
         battles_file,
@@ -605,8 +630,10 @@ def register(cli: click.Group) -> None:
         skip_invalid,
         home,
         output,
+        force,
     ) -> None:
         """A models × models matrix as CSV: row model against column model, best first."""
+        refuse_overwrite(output, force)
         import csv
         import io
 
@@ -662,10 +689,12 @@ def register(cli: click.Group) -> None:
     @elo.command()
     @click.argument("source", type=click.Path(dir_okay=False, path_type=Path))
     @click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
+    @force_option
     @friendly
-    def convert(source, target) -> None:
+    def convert(source, target, force) -> None:
         """Q&A between CSV (question + one column per model) and the JSON form
         {question: [{"model", "answer"}]}; the file endings choose the direction."""
+        refuse_overwrite(target, force)
         from .files import read_qa, write_qa
 
         qa = read_qa(source)

@@ -42,6 +42,8 @@ Brief Explanation: <one or two sentences>
 """
 
 _SCORE = r"score\s+of\s+model\s*{n}\s*[*_]*\s*[:=]\s*[*_]*\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)"
+# the whole number, not its start: "1e-05", "1/2" or "1.0.0" is no score rather than 1
+_SCORE += r"(?![0-9]|\.[0-9]|[eE][-+]?[0-9]|\s*/)"
 SCORE_1 = re.compile(_SCORE.format(n="1"), re.IGNORECASE)
 SCORE_2 = re.compile(_SCORE.format(n="2"), re.IGNORECASE)
 EXPLANATION = re.compile(r"brief\s+explanation\s*[*_]*\s*:?\s*[*_]*\s*", re.IGNORECASE)

@@ -126,3 +126,118 @@ async def add_battles(request: Any) -> Any:
     valid = await asyncio.to_thread(validate, table)
     stored = await asyncio.to_thread(add, daemon.store, valid)
     return JSONResponse({"added": stored, "skipped_invalid": len(rows) - stored})
+
+
+# OpenAPI descriptions of the routes (served at /openapi.json, checked by schemathesis).
+_ERR = {
+    "description": "",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+}
+_QUERY = [
+    {"name": "method", "in": "query", "schema": {"type": "string", "enum": ["bt", "online"]}},
+    {
+        "name": "bootstrap",
+        "in": "query",
+        "schema": {"type": "integer", "minimum": 0, "maximum": 100000},
+    },
+    {"name": "seed", "in": "query", "schema": {"type": "integer"}},
+    {"name": "k", "in": "query", "schema": {"type": "number", "minimum": 0}},
+]
+
+
+def _errors(*codes: tuple[str, str]) -> dict:
+    return {code: {**_ERR, "description": why} for code, why in codes}
+
+
+leaderboard.openapi = {
+    "get": {
+        "summary": "The leaderboard of the stored battles as JSON.",
+        "parameters": _QUERY,
+        "responses": {
+            "200": {
+                "description": "Ratings (and intervals) per model.",
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "properties": {
+                                "method": {"type": "string"},
+                                "ratings": {"type": "object"},
+                                "battles": {"type": "object"},
+                            },
+                            "required": ["method", "ratings", "battles"],
+                        }
+                    }
+                },
+            },
+            **_errors(("400", "A bad query parameter, in one sentence.")),
+        },
+    }
+}
+page.openapi = {
+    "get": {
+        "summary": "The leaderboard page (HTML).",
+        "parameters": _QUERY,
+        "responses": {
+            "200": {
+                "description": "A self-contained HTML page.",
+                "content": {"text/html": {"schema": {"type": "string"}}},
+            },
+            **_errors(("400", "A bad query parameter, in one sentence.")),
+        },
+    }
+}
+_BATTLE = {  # values are taken as text; a model battling itself is refused too
+    "type": "object",
+    "properties": {
+        "model_a": {},
+        "model_b": {},
+        "winner": {"enum": ["model_a", "model_b", "tie", "tie (bothbad)"]},
+    },
+    "required": ["model_a", "model_b", "winner"],
+}
+add_battles.openapi = {
+    "post": {
+        "summary": "Store judged battles (invalid ones are counted, not stored).",
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "oneOf": [
+                            {"type": "array", "items": _BATTLE, "minItems": 1},
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "battles": {"type": "array", "items": _BATTLE, "minItems": 1}
+                                },
+                                "required": ["battles"],
+                            },
+                        ]
+                    }
+                }
+            },
+        },
+        "responses": {
+            "200": {
+                "description": "How many were stored and skipped.",
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "properties": {
+                                "added": {"type": "integer", "minimum": 0},
+                                "skipped_invalid": {"type": "integer", "minimum": 0},
+                            },
+                            "required": ["added", "skipped_invalid"],
+                        }
+                    }
+                },
+            },
+            **_errors(
+                ("400", "A bad battle or file shape, in one sentence."),
+                ("413", "The body is too large."),
+            ),
+        },
+    }
+}

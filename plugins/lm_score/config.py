@@ -51,6 +51,7 @@ SETTINGS = [
         "str",
         "Scoring backend URL (empty: openai_chat_endpoint) (SERVER_URL).",
         check=_check_url,
+        protected=True,  # it receives the API key, like openai_chat_endpoint
     ),
     Setting(
         "lm_score_method",

@@ -14,12 +14,12 @@ import re
 import unicodedata
 
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.S | re.I)
-_NUMBER = r"(\d{1,3}(?:\.\d+)?)"
+_NUMBER = r"(\d{1,3}(?:\.\d+)?)(?![eE][-+]?\d)"  # "1e-05" is not a 1
 _DECORATION = " \t\r\n*_`\"'.:;!()[]"
 _SCORE_PHRASE = re.compile(r"score\s*(?:is|of|=|:)?\s*[:=]?\s*[*_`\s]*" + _NUMBER, re.I)
 _OUT_OF_TEN = re.compile(_NUMBER + r"\s*(?:/|out\s+of)\s*10\b", re.I)
 _LEADING = re.compile(r"^[*_`\s]*" + _NUMBER + r"(?![\d/])")
-_ANY = re.compile(r"(?<![\d.-])" + _NUMBER + r"(?![\d])")
+_ANY = re.compile(r"(?<![\d.-])(?<!\d[eE])(?<!\d[eE][-+])" + _NUMBER + r"(?![\d])")
 
 
 def strip_thinking(text: str) -> str:

@@ -65,3 +65,79 @@ async def lm_score(request: Any) -> Any:
 async def close_scorers(daemon: Any) -> None:
     for scorer in daemon.state.pop("lm_score_scorers", {}).values():
         await scorer.close()
+
+
+# OpenAPI description of the route (served at /openapi.json, checked by schemathesis).
+_ERR = {"$ref": "#/components/schemas/Error"}
+lm_score.openapi = {
+    "post": {
+        "summary": "Score a yes/no question over some texts 0-10 (or score a full prompt).",
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "oneOf": [
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "contents": {
+                                        "oneOf": [
+                                            {"type": "string"},
+                                            {"type": "array", "items": {"type": "string"}},
+                                        ]
+                                    },
+                                    "question": {"type": "string"},
+                                    "cache": {"type": "boolean"},
+                                },
+                                "required": ["contents", "question"],
+                                "not": {"required": ["prompt"]},
+                            },
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "prompt": {"type": "string", "pattern": "\\S"},
+                                    "cache": {"type": "boolean"},
+                                },
+                                "required": ["prompt"],
+                            },
+                        ]
+                    }
+                }
+            },
+        },
+        "responses": {
+            "200": {
+                "description": "The score and how it was reached.",
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "properties": {
+                                "score": {"type": "integer", "minimum": 0, "maximum": 10},
+                                "scores": {"type": "array", "items": {"type": "integer"}},
+                                "members": {"type": "integer"},
+                                "requested": {"type": "integer"},
+                                "method": {"type": "string"},
+                                "model": {"type": "string"},
+                                "cached": {"type": "boolean"},
+                            },
+                            "required": ["score", "scores", "method", "model"],
+                        }
+                    }
+                },
+            },
+            **{
+                code: {"description": why, "content": {"application/json": {"schema": _ERR}}}
+                for code, why in (
+                    ("400", "A bad body, in one sentence."),
+                    ("413", "The body is too large."),
+                    ("422", "The model answered without a score 0-10."),
+                    ("429", "The backend asks to slow down."),
+                    ("502", "The backend failed."),
+                    ("504", "The backend took too long."),
+                )
+            },
+        },
+    }
+}

@@ -140,3 +140,34 @@ async def commands_route(request: Any) -> Any:
         raise LmdError("limit must be a whole number.") from None
     session = request.query_params.get("session")
     return JSONResponse({"commands": rows(store, session, max(1, min(limit, 10000)))})
+
+
+commands_route.openapi = {
+    "get": {
+        "summary": "The audit of commands marat ran, newest last.",
+        "parameters": [
+            {"name": "session", "in": "query", "schema": {"type": "string"}},
+            {"name": "limit", "in": "query", "schema": {"type": "integer"}},
+        ],
+        "responses": {
+            "200": {
+                "description": "The commands.",
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "properties": {
+                                "commands": {"type": "array", "items": {"type": "object"}}
+                            },
+                            "required": ["commands"],
+                        }
+                    }
+                },
+            },
+            "400": {
+                "description": "limit is not a whole number.",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+            },
+        },
+    }
+}

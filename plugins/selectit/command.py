@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from daemon.errors import LmdError
+from daemon.paths import refuse_overwrite
 
 
 def default_output(dataset: Path) -> Path:
@@ -56,6 +57,7 @@ def check_paths(dataset: Path, output: Path, select_out: Path | None) -> None:
 @click.option("--details", is_flag=True, help="Also write the k token scores and distributions.")
 @click.option("--top", "top_fraction", type=float, help="Keep the best FRACTION (0-1].")
 @click.option("--select-out", type=click.Path(path_type=Path), help="Where --top writes.")
+@click.option("--force", is_flag=True, help="Let --select-out replace an existing file.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a tty).")
 @click.option(
     "--home",
@@ -109,6 +111,7 @@ def run(**o: Any) -> int:
         )
     output = o["output"] or default_output(o["dataset"])
     check_paths(o["dataset"], output, o["select_out"])
+    refuse_overwrite(o["select_out"], o["force"])
     scores = ScoresFile(output)
     before = len(scores.load())
     scores.check_run(fingerprint(cfg, settings, all_templates))

@@ -31,10 +31,16 @@ class ScoresFile:
         if not self.path.exists():
             return self.done
         raw = self.path.read_bytes()
+        cut = len(raw)
         if raw and not raw.endswith(b"\n"):
             cut = raw.rfind(b"\n") + 1
-            with self.path.open("r+b") as fh:
-                fh.truncate(cut)
+            tail = raw[cut:]
+            if not (tail.startswith(b'{"id"') or b'{"id"'.startswith(tail)):
+                # not a record torn by a crash: this is someone else's file, leave it whole
+                raise LmdError(
+                    f"The output file {self.path} is not a scores file (its last line is not a "
+                    "score record); give another -o."
+                )
             raw = raw[:cut]
         try:
             text = raw.decode("utf-8")
@@ -55,6 +61,9 @@ class ScoresFile:
                     "give another -o, or delete the file to start over."
                 )
             self.done[id_key(row["id"])] = row
+        if cut < self.path.stat().st_size:  # only now, once the file is known to be ours
+            with self.path.open("r+b") as fh:
+                fh.truncate(cut)
         return self.done
 
     @property

@@ -42,6 +42,20 @@ def fields_option(value: Any) -> str | None:
     raise LmdError('"fields" must be like {"instruction": "prompt"} or "instruction=prompt".')
 
 
+def confine_paths(cfg: Any, options: dict, home: Any) -> Any:
+    """Paths in the request (rp_file; model when the backend is a local model) must lie in
+    the daemon's home: a request must not make the daemon read an arbitrary file."""
+    from dataclasses import replace
+
+    from daemon.paths import allowed_http_path
+
+    if options.get("rp_file"):
+        cfg = replace(cfg, rp_file=str(allowed_http_path(cfg.rp_file, home, "rp_file")))
+    if options.get("model") and cfg.backend == "transformers":
+        cfg = replace(cfg, model=str(allowed_http_path(cfg.model, home, "model directory")))
+    return cfg
+
+
 async def selectit_route(request: Any) -> Any:
     from starlette.responses import JSONResponse
 
@@ -69,6 +83,7 @@ async def selectit_route(request: Any) -> Any:
     fields = parse_fields(fields_option(options.pop("fields", None)))
     settings = daemon.settings()
     cfg = resolve(settings, {}, options, "in the request")
+    cfg = confine_paths(cfg, options, daemon.home)
     templates = choose_templates(load_templates(cfg.rp_file or None), cfg.k)
     samples = [to_sample(r, n, fields) for n, r in enumerate(records, start=1)]
     check_unique(samples, "the request")
@@ -89,3 +104,71 @@ async def selectit_route(request: Any) -> Any:
         return JSONResponse(results[0])
     missing = sum(not s.valid for s in samples)
     return JSONResponse({"results": results, "count": len(results), "missing": missing})
+
+
+# OpenAPI description of the route (served at /openapi.json, checked by schemathesis).
+_RECORD = {"type": "object", "description": 'An Alpaca record: {"instruction", "output"}.'}
+_RESULT = {
+    "type": "object",
+    "properties": {"id": {}, "score": {"type": "number"}},
+    "required": ["id", "score"],
+}
+selectit_route.openapi = {
+    "post": {
+        "summary": "SelectIT scores of one record or a list (as the CLI computes them).",
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "oneOf": [
+                            {"type": "array", "items": _RECORD, "minItems": 1},
+                            {
+                                "type": "object",
+                                "description": "One record, or {records|record, options}.",
+                            },
+                        ]
+                    }
+                }
+            },
+        },
+        "responses": {
+            "200": {
+                "description": "One result, or {results, count, missing}.",
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "oneOf": [
+                                _RESULT,
+                                {
+                                    "type": "object",
+                                    "properties": {
+                                        "results": {"type": "array", "items": _RESULT},
+                                        "count": {"type": "integer"},
+                                        "missing": {"type": "integer"},
+                                    },
+                                    "required": ["results", "count", "missing"],
+                                },
+                            ]
+                        }
+                    }
+                },
+            },
+            **{
+                code: {
+                    "description": why,
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}
+                    },
+                }
+                for code, why in (
+                    ("400", "A bad record or option, in one sentence."),
+                    ("403", "A path option outside the daemon's home."),
+                    ("413", "The body is too large."),
+                    ("502", "The backend failed."),
+                    ("504", "The backend took too long."),
+                )
+            },
+        },
+    }
+}

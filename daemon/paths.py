@@ -1,0 +1,53 @@
+"""Two rules for files that features read and write on a user's behalf.
+
+- An output that would destroy an existing file is refused unless the user said so
+  (`--force`): a mistyped `-o` must not cost a day of judged battles.
+- A path that arrives over HTTP may only name a file inside the daemon's home (LMD_HOME) or
+  the package's own files; `..`, absolute paths and symlinks leading out are refused. Over
+  HTTP the caller is a program, not the person at the keyboard, so it must not make the
+  daemon read (and send to a model) an arbitrary file such as ~/.ssh/id_rsa.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from daemon.errors import LmdError
+
+PLUGIN_FILES = Path(__file__).resolve().parent.parent / "plugins"  # built-in prompt files
+
+
+def refuse_overwrite(path: str | Path | None, force: bool, flag: str = "--force") -> None:
+    """Refuse to replace an existing non-empty file unless `force`; '-' is stdout."""
+    if path is None or str(path) == "-" or force:
+        return
+    target = Path(path)
+    try:
+        if target.is_file() and target.stat().st_size > 0:
+            raise LmdError(
+                f"{target} already exists and would be overwritten; give another file, or add "
+                f"{flag} to replace it."
+            )
+    except OSError:
+        return  # unreadable: the writer itself reports it
+
+
+def allowed_http_path(value: str, home: Path, what: str = "file") -> Path:
+    """`value` resolved (symlinks followed) when it lies inside `home` or the package's
+    own files; relative paths are taken from `home`. Otherwise a 403 sentence."""
+    if not isinstance(value, str) or "\x00" in value:
+        raise LmdError(f"The {what} must be a file name as text.", status=400)
+    raw = Path(value)
+    candidate = raw if raw.is_absolute() else Path(home) / raw
+    try:
+        resolved = candidate.resolve()
+    except (OSError, RuntimeError):  # symlink loops
+        resolved = None
+    roots = [Path(home).resolve(), PLUGIN_FILES]
+    if resolved is None or not any(resolved.is_relative_to(root) for root in roots):
+        raise LmdError(
+            f"Over HTTP the {what} must be a file inside the daemon's home ({home}); copy it "
+            "there and give its name, or use the command line.",
+            status=403,
+        )
+    return resolved
