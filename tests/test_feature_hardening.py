@@ -505,3 +505,15 @@ def test_api_key_never_leaks_across_all_features(home, backend, live, tmp_path):
     leaks = [s for s in seen if SENTINEL in s or SENTINEL[3:] in s]
     assert not leaks, leaks[0][:2000]
     assert "[redacted]" in "".join(seen)
+
+
+@pytest.mark.parametrize("name", ["selectit_rp_file", "marat_start_dir"])
+def test_path_settings_are_protected_over_http(make_client, name, tmp_path):
+    open_client = make_client()
+    r = open_client.put(f"/settings/{name}", content=str(tmp_path))
+    assert r.status_code == 403 and f"{name} is protected" in r.json()["error"]
+    guarded = make_client(token="tok")
+    r = guarded.put(
+        f"/settings/{name}", content=str(tmp_path), headers={"Authorization": "Bearer tok"}
+    )
+    assert r.status_code == 200 and r.json()["value"] == str(tmp_path)

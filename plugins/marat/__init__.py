@@ -40,6 +40,7 @@ SETTINGS = [
         "~",
         "str",
         "Directory a new session's commands start in (~ is the user's home).",
+        protected=True,  # where commands run: only the CLI or the token may move it
     ),
 ]
 

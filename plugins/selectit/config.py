@@ -90,6 +90,7 @@ SETTINGS = [
         DEFAULTS.rp_file,
         "str",
         "Rating-prompt file, one template per line (empty = the built-in prompts).",
+        protected=True,  # its lines are sent to the model: only the CLI or the token may set it
     ),
     Setting("selectit_k", DEFAULTS.k, "int", "Rating prompts per sample.", min=1, max=1000),
     Setting("selectit_alpha", DEFAULTS.alpha, "float", "Penalty on the std across prompts.", min=0),
