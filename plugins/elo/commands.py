@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from daemon.cli import home_option
 from daemon.errors import LmdError
 from daemon.paths import refuse_overwrite
 
@@ -29,15 +30,6 @@ def friendly(f):
             sys.exit(1)
 
     return wrapper
-
-
-def home_option(f):
-    return click.option(
-        "--home",
-        type=click.Path(file_okay=False, path_type=Path),
-        envvar="LMD_HOME",
-        help="Directory of the database (default ~/.local/share/lmd).",
-    )(f)
 
 
 def load_settings(home: Path | None) -> Any:
