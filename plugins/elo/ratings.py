@@ -274,10 +274,13 @@ class _RoundsPrep:
             np.multiply,
             np.tanh,
         )
+        # one buffer for every step: take(..., out, "wrap") writes into it directly (the
+        # default "raise" mode copies when given `out`); the indices are all in range
+        r = np.empty(2 * rounds, dtype=f32)
+        ra, rb = r[:rounds], r[rounds:]
         for t in range(steps):
             idx = pair[t]
-            r = take(idx)
-            ra, rb = r[:rounds], r[rounds:]
+            take(idx, None, r, "wrap")
             sub(ra, rb, th)
             tanh(th, th)
             sub(score[t], th, th)
