@@ -35,13 +35,27 @@ SDK_ONLY = frozenset({"extra_headers", "extra_query", "timeout", "stream"})
 class FastChat:
     """Chat completions, plain and streamed, for one `openai.AsyncOpenAI` client."""
 
+    PATH = "/chat/completions"
+    INPUT = "messages"  # the argument that `body` receives positionally
+
+    @staticmethod
+    def sdk_create(client: Any) -> Any:
+        """The SDK method this path stands in for (its signature lists what is accepted)."""
+        return client.chat.completions.create
+
+    @staticmethod
+    def result_models() -> tuple[Any, Any]:
+        """The SDK's models for a whole answer and for a streamed chunk."""
+        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+        return ChatCompletion, ChatCompletionChunk
+
     def __init__(self, client: Any, api_key: str) -> None:
         """Raise AttributeError when the SDK lacks what this path relies on."""
         import inspect
 
         import httpx
         import openai
-        from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
         for name in (
             "_should_retry",
@@ -54,14 +68,13 @@ class FastChat:
         self.http = client._client
         if not isinstance(self.http, httpx.AsyncClient):
             raise AttributeError("the SDK does not use an httpx.AsyncClient")
-        self.url = str(client.base_url).rstrip("/") + "/chat/completions"
+        self.url = str(client.base_url).rstrip("/") + self.PATH
         self.api_key = api_key
-        params = inspect.signature(client.chat.completions.create).parameters
-        self.accepted = frozenset(params) - SDK_ONLY - {"messages"}
+        params = inspect.signature(self.sdk_create(client)).parameters
+        self.accepted = frozenset(params) - SDK_ONLY - {self.INPUT}
         self.httpx = httpx
         self.openai = openai
-        self.ChatCompletion = ChatCompletion
-        self.ChatCompletionChunk = ChatCompletionChunk
+        self.ChatCompletion, self.ChatCompletionChunk = self.result_models()
         self._headers: dict[str, str] | None = None
 
     def body(self, messages: Any, kwargs: dict[str, Any], stream: bool = False) -> bytes | None:
@@ -74,7 +87,7 @@ class FastChat:
         body = {k: v for k, v in kwargs.items() if k != "extra_body"}
         if stream:
             body["stream"] = True
-        body["messages"] = messages
+        body[self.INPUT] = messages
         if extra:
             body.update(extra)
         try:
@@ -205,3 +218,27 @@ class FastChat:
             from openai._models import construct_type
 
             return construct_type(type_=model, value=data)
+
+
+class FastCompletions(FastChat):
+    """The legacy completions endpoint (raw prompts), not streamed, the same lean way.
+
+    `body(prompt, kwargs)` takes the prompt where FastChat takes the messages; `create`
+    returns the SDK's `Completion`. Streaming stays with the SDK (`stream` is refused here).
+    """
+
+    PATH = "/completions"
+    INPUT = "prompt"
+
+    @staticmethod
+    def sdk_create(client: Any) -> Any:
+        return client.completions.create
+
+    @staticmethod
+    def result_models() -> tuple[Any, Any]:
+        from openai.types import Completion
+
+        return Completion, Completion  # the second is never used: no streams here
+
+    def body(self, messages: Any, kwargs: dict[str, Any], stream: bool = False) -> bytes | None:
+        return None if stream else super().body(messages, kwargs)
