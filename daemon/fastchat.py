@@ -1,4 +1,4 @@
-"""A lean path for chat completions, beside the openai SDK.
+"""A lean path for chat completions (and legacy completions), beside the openai SDK.
 
 The SDK spends milliseconds of CPU per call walking each request through its TypedDict
 transforms (about 0.1 ms per message of history) and building the response models; with a
@@ -9,7 +9,8 @@ decoder into the same chunks, ending at [DONE] and raising on an error event as 
 following the SDK's retry policy and raising the SDK's own exception types, so `LLM.explain`
 maps errors exactly as before. Anything else (extra headers
 or query, a per-call timeout, unknown parameters, values that are not plain JSON) goes through
-the SDK, as does everything when the SDK lacks the internals used here.
+the SDK, as does everything when the SDK lacks the internals used here. `FastCompletions`
+does the same for the legacy `/completions` endpoint (not streamed).
 """
 
 from __future__ import annotations
