@@ -199,7 +199,7 @@ def main() -> None:
     base = scaled(best_of(lambda: naive_online_bootstrap(battles, 5), 1), r / 5)
     show(
         f"online Elo bootstrap, {r} rounds",
-        best_of(lambda: online_elo_bootstrap(battles, r, seed=1), 2),
+        best_of(lambda: online_elo_bootstrap(battles, r, seed=1), 5),
         0.400,
         base,
     )

@@ -1,4 +1,4 @@
-"""A lean path for chat completions, beside the openai SDK.
+"""A lean path for chat completions (and legacy completions), beside the openai SDK.
 
 The SDK spends milliseconds of CPU per call walking each request through its TypedDict
 transforms (about 0.1 ms per message of history) and building the response models; with a
@@ -9,7 +9,8 @@ decoder into the same chunks, ending at [DONE] and raising on an error event as 
 following the SDK's retry policy and raising the SDK's own exception types, so `LLM.explain`
 maps errors exactly as before. Anything else (extra headers
 or query, a per-call timeout, unknown parameters, values that are not plain JSON) goes through
-the SDK, as does everything when the SDK lacks the internals used here.
+the SDK, as does everything when the SDK lacks the internals used here. `FastCompletions`
+does the same for the legacy `/completions` endpoint (not streamed).
 """
 
 from __future__ import annotations
@@ -35,13 +36,27 @@ SDK_ONLY = frozenset({"extra_headers", "extra_query", "timeout", "stream"})
 class FastChat:
     """Chat completions, plain and streamed, for one `openai.AsyncOpenAI` client."""
 
+    PATH = "/chat/completions"
+    INPUT = "messages"  # the argument that `body` receives positionally
+
+    @staticmethod
+    def sdk_create(client: Any) -> Any:
+        """The SDK method this path stands in for (its signature lists what is accepted)."""
+        return client.chat.completions.create
+
+    @staticmethod
+    def result_models() -> tuple[Any, Any]:
+        """The SDK's models for a whole answer and for a streamed chunk."""
+        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+        return ChatCompletion, ChatCompletionChunk
+
     def __init__(self, client: Any, api_key: str) -> None:
         """Raise AttributeError when the SDK lacks what this path relies on."""
         import inspect
 
         import httpx
         import openai
-        from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
         for name in (
             "_should_retry",
@@ -54,14 +69,13 @@ class FastChat:
         self.http = client._client
         if not isinstance(self.http, httpx.AsyncClient):
             raise AttributeError("the SDK does not use an httpx.AsyncClient")
-        self.url = str(client.base_url).rstrip("/") + "/chat/completions"
+        self.url = str(client.base_url).rstrip("/") + self.PATH
         self.api_key = api_key
-        params = inspect.signature(client.chat.completions.create).parameters
-        self.accepted = frozenset(params) - SDK_ONLY - {"messages"}
+        params = inspect.signature(self.sdk_create(client)).parameters
+        self.accepted = frozenset(params) - SDK_ONLY - {self.INPUT}
         self.httpx = httpx
         self.openai = openai
-        self.ChatCompletion = ChatCompletion
-        self.ChatCompletionChunk = ChatCompletionChunk
+        self.ChatCompletion, self.ChatCompletionChunk = self.result_models()
         self._headers: dict[str, str] | None = None
 
     def body(self, messages: Any, kwargs: dict[str, Any], stream: bool = False) -> bytes | None:
@@ -74,7 +88,7 @@ class FastChat:
         body = {k: v for k, v in kwargs.items() if k != "extra_body"}
         if stream:
             body["stream"] = True
-        body["messages"] = messages
+        body[self.INPUT] = messages
         if extra:
             body.update(extra)
         try:
@@ -205,3 +219,27 @@ class FastChat:
             from openai._models import construct_type
 
             return construct_type(type_=model, value=data)
+
+
+class FastCompletions(FastChat):
+    """The legacy completions endpoint (raw prompts), not streamed, the same lean way.
+
+    `body(prompt, kwargs)` takes the prompt where FastChat takes the messages; `create`
+    returns the SDK's `Completion`. Streaming stays with the SDK (`stream` is refused here).
+    """
+
+    PATH = "/completions"
+    INPUT = "prompt"
+
+    @staticmethod
+    def sdk_create(client: Any) -> Any:
+        return client.completions.create
+
+    @staticmethod
+    def result_models() -> tuple[Any, Any]:
+        from openai.types import Completion
+
+        return Completion, Completion  # the second is never used: no streams here
+
+    def body(self, messages: Any, kwargs: dict[str, Any], stream: bool = False) -> bytes | None:
+        return None if stream else super().body(messages, kwargs)

@@ -62,6 +62,7 @@ class LLM:
             ),
         )
         self._fast = _fast_chat(self.client, key)
+        self._fast_completions = _fast_chat(self.client, key, completions=True)
 
     async def close(self) -> None:
         await self.client.close()
@@ -89,6 +90,10 @@ class LLM:
         """The legacy completions endpoint (raw prompts for base models)."""
         kwargs.setdefault("model", self.model)
         try:
+            fast = self._fast_completions
+            body = fast.body(prompt, kwargs) if fast is not None else None
+            if body is not None:
+                return await fast.create(body)
             return await self.client.completions.create(prompt=prompt, **kwargs)
         except Exception as e:
             raise self.explain(e) from e
@@ -179,12 +184,13 @@ def shown_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
-def _fast_chat(client: Any, key: str) -> Any:
-    """The lean chat path (daemon/fastchat.py), or None if this SDK lacks what it needs."""
-    from .fastchat import FastChat
+def _fast_chat(client: Any, key: str, completions: bool = False) -> Any:
+    """The lean chat (or legacy completions) path of daemon/fastchat.py, or None if this SDK
+    lacks what it needs."""
+    from .fastchat import FastChat, FastCompletions
 
     try:
-        return FastChat(client, key)
+        return (FastCompletions if completions else FastChat)(client, key)
     except (AttributeError, TypeError, ValueError, ImportError):
         return None
 

@@ -238,6 +238,27 @@ def test_online_bootstrap_is_seeded_and_plausible():
     assert list(np.argsort(med)) == [0, 1, 2, 3]
 
 
+def test_online_bootstrap_chunks_are_one_side_by_side_run():
+    # The bootstrap draws and rates 64-step chunks reusing scratch arrays (the last chunk is
+    # shorter); the result must be exactly one online_elo_rounds pass over all the draws.
+    b = synthetic(300, 5)
+    rounds = 1000
+    rng = np.random.default_rng(11)
+    sizes = [64, 64, 64, 64, 44]
+    orders = np.concatenate([rng.integers(0, 300, size=(k, rounds), dtype=np.int32) for k in sizes])
+    state = online_elo_rounds(b, orders)
+    want = 1000 + state.reshape(rounds, 5).astype(np.float64) / (math.log(10) / 400 / 2)
+    assert np.array_equal(online_elo_bootstrap(b, rounds, seed=11), want)
+
+
+def test_side_by_side_rounds_refuse_orders_outside_the_battles():
+    b = synthetic(50, 3)
+    with pytest.raises(IndexError, match="50 battles"):
+        online_elo_rounds(b, np.full((3, 2), 50))
+    with pytest.raises(IndexError):
+        online_elo_rounds(b, np.full((3, 2), -51))
+
+
 # -- the judge's reply --------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "reply, winner",

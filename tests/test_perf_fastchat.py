@@ -280,3 +280,134 @@ def test_stream_failures_match_the_sdk(backend, reply):
     assert isinstance(fast, BackendError) and isinstance(sdk, BackendError)
     assert (fast.message, fast.status, fast.detail) == (sdk.message, sdk.status, sdk.detail)
     assert type(fast.__cause__) is type(sdk.__cause__)
+
+
+# -- legacy completions (SelectIT's base-model ratings) ------------------------------------------
+PROMPT = 'Rate this: Grüße, 世界 — "quoted" \\ and\nnewlines\nRating:'
+
+
+def test_the_completions_fast_path_is_on_for_this_sdk(backend):
+    llm = make_llm(backend, fast=True)
+    assert llm._fast_completions is not None
+    assert llm._fast_completions.url.endswith("/completions")
+    assert not llm._fast_completions.url.endswith("/chat/completions")
+    selectit = {"model": "m", "max_tokens": 1, "temperature": 0, "logprobs": 20}
+    assert json.loads(llm._fast_completions.body(PROMPT, selectit)) == {
+        **selectit,
+        "prompt": PROMPT,
+    }
+    asyncio.run(llm.close())
+
+
+def completions_both(backend, call, replies=()):
+    """Like run_both, but the SDK run switches off the completions fast path."""
+    out = []
+    for fast in (True, False):
+        backend.clear()
+        backend.queue(*replies)
+
+        async def go(fast=fast):
+            llm = make_llm(backend, fast=True)
+            if not fast:
+                llm._fast_completions = None
+            try:
+                return await call(llm)
+            except BackendError as e:
+                return e
+            finally:
+                await llm.close()
+
+        out.append((asyncio.run(go()), list(backend.requests)))
+    return out
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"max_tokens": 1, "temperature": 0, "logprobs": 5},  # SelectIT's call
+        {"max_tokens": 1, "temperature": 0, "logprobs": 20, "model": "other-model"},
+        {"stop": ["\n"], "echo": False, "seed": 7, "n": 2},
+        {"extra_body": {"top_k": 3}, "temperature": None},
+    ],
+)
+def test_completion_bodies_and_results_match_the_sdk(backend, kwargs):
+    top = [("4", -0.5), (" 5", -1.0)]
+    reply = Reply("4", logprobs=[("4", -0.5, top)])
+    (fast, fast_reqs), (sdk, sdk_reqs) = completions_both(
+        backend, lambda llm: llm.completion(PROMPT, **kwargs), replies=[reply]
+    )
+    assert len(fast_reqs) == len(sdk_reqs) == 1
+    assert fast_reqs[0].path == sdk_reqs[0].path == "/v1/completions"
+    assert fast_reqs[0].body == sdk_reqs[0].body
+    assert fast_reqs[0].body["prompt"] == PROMPT
+    if "extra_body" in kwargs:
+        assert fast_reqs[0].body["top_k"] == 3
+    fast_h = {k.lower(): v for k, v in fast_reqs[0].headers.items()}
+    sdk_h = {k.lower(): v for k, v in sdk_reqs[0].headers.items()}
+    ignore = {"content-length", "host"}
+    assert {k: v for k, v in fast_h.items() if k not in ignore} == {
+        k: v for k, v in sdk_h.items() if k not in ignore
+    }
+    assert type(fast) is type(sdk) and type(fast).__name__ == "Completion"
+    same = {"created"}
+    assert fast.model_dump(exclude=same) == sdk.model_dump(exclude=same)
+    assert fast.choices[0].text == "4"
+    if "logprobs" in kwargs:
+        assert fast.choices[0].logprobs.top_logprobs[0] == {"4": -0.5, " 5": -1.0}
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply("boom", status=500),
+        Reply("bad key", status=401),
+        Reply("no model", status=404),
+        Reply("logprobs must be at most 5", status=400),
+        Reply(body=b"this is not json"),
+        Reply(body=b'{"choices": []}'),
+        Reply(body="plain words", headers={"Content-Type": "text/plain"}),
+    ],
+)
+def test_completion_failures_match_the_sdk(backend, reply):
+    (fast, fast_reqs), (sdk, sdk_reqs) = completions_both(
+        backend, lambda llm: llm.completion(PROMPT, max_tokens=1), replies=[reply]
+    )
+    assert len(fast_reqs) == len(sdk_reqs) == 1
+    assert type(fast) is type(sdk)
+    if isinstance(sdk, BackendError):
+        assert (fast.message, fast.status, fast.detail) == (sdk.message, sdk.status, sdk.detail)
+        assert type(fast.__cause__) is type(sdk.__cause__)
+    elif hasattr(sdk, "model_dump"):
+        assert fast.model_dump() == sdk.model_dump()
+    else:
+        assert fast == sdk
+
+
+def test_unusual_completions_go_through_the_sdk(backend):
+    async def call():
+        llm = make_llm(backend, fast=True)
+        try:
+            fast = llm._fast_completions
+            assert fast.body(PROMPT, {"model": "m", "stream": True}) is None
+            assert fast.body(PROMPT, {"model": "m"}, stream=True) is None
+            assert fast.body(PROMPT, {"model": "m", "messages": []}) is None  # a chat argument
+            assert fast.body(PROMPT, {"model": "m", "extra_query": {"a": "b"}}) is None
+            return await llm.completion(PROMPT, extra_headers={"X-Trace": "abc"})
+        finally:
+            await llm.close()
+
+    backend.queue("via sdk")
+    result = asyncio.run(call())
+    assert result.choices[0].text == "via sdk"
+    rec = backend.requests[-1]
+    assert rec.headers["X-Trace"] == "abc"
+    assert rec.body == {"prompt": PROMPT, "model": "fake-model"}
+
+
+def test_an_unknown_completion_parameter_is_refused_as_before(backend):
+    (fast, fast_reqs), (sdk, _) = completions_both(
+        backend, lambda llm: llm.completion(PROMPT, no_such_parameter=1)
+    )
+    assert isinstance(fast, BackendError) and fast.message == sdk.message
+    assert fast_reqs == []
