@@ -32,6 +32,19 @@ def friendly(f):
     return wrapper
 
 
+FILE = click.Path(dir_okay=False, path_type=Path)
+
+
+def output_option(help: str, **kwargs: Any):
+    """The -o/--output FILE option every writing command shares."""
+    return click.option("-o", "--output", type=FILE, help=help, **kwargs)
+
+
+def qa_option(help: str):
+    """The --qa FILE option: where the answers are when the battles file has none."""
+    return click.option("--qa", "qa_file", type=FILE, help=help)
+
+
 def load_settings(home: Path | None) -> Any:
     from daemon.cli import open_daemon_state
 
@@ -201,13 +214,7 @@ def register(cli: click.Group) -> None:
 
     @elo.command()
     @click.argument("qa_file", type=click.Path(dir_okay=False, path_type=Path))
-    @click.option(
-        "-o",
-        "--output",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default="-",
-        help="Where to write the battles (default stdout).",
-    )
+    @output_option("Where to write the battles (default stdout).", default="-")
     @click.option(
         "--existing",
         multiple=True,
@@ -248,13 +255,7 @@ def register(cli: click.Group) -> None:
     @elo.command()
     @click.argument("questions_file", type=click.Path(dir_okay=False, path_type=Path))
     @click.option("--model", "-m", required=True, help="Model name (see the models file).")
-    @click.option(
-        "-o",
-        "--output",
-        type=click.Path(dir_okay=False, path_type=Path),
-        required=True,
-        help="Q&A file to write (existing answers are kept).",
-    )
+    @output_option("Q&A file to write (existing answers are kept).", required=True)
     @click.option("--models", "models_file", help="Models file (default: elo_models_file).")
     @click.option("--concurrency", "-j", type=int, help="Calls in flight (elo_concurrency).")
     @click.option("--system", default="", help="A system prompt for the model.")
@@ -295,19 +296,8 @@ def register(cli: click.Group) -> None:
 
     @elo.command()
     @click.argument("battles_file", type=click.Path(dir_okay=False, path_type=Path))
-    @click.option(
-        "-o",
-        "--output",
-        type=click.Path(dir_okay=False, path_type=Path),
-        required=True,
-        help="Judged battles to write (resumes from it).",
-    )
-    @click.option(
-        "--qa",
-        "qa_file",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Q&A file with the answers (when the battles file has none).",
-    )
+    @output_option("Judged battles to write (resumes from it).", required=True)
+    @qa_option("Q&A file with the answers (when the battles file has none).")
     @click.option("--judge-model", help="The judging model (default: elo_judge_model).")
     @click.option("--models", "models_file", help="Models file (default: elo_models_file).")
     @click.option("--concurrency", "-j", type=int, help="Calls in flight (elo_concurrency).")
@@ -354,12 +344,7 @@ def register(cli: click.Group) -> None:
 
     @elo.command()
     @click.argument("judged_file", type=click.Path(dir_okay=False, path_type=Path))
-    @click.option(
-        "-o",
-        "--output",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Write the swapped-order verdicts here (and resume from it).",
-    )
+    @output_option("Write the swapped-order verdicts here (and resume from it).")
     @click.option(
         "--consistent-out",
         type=click.Path(dir_okay=False, path_type=Path),
@@ -452,19 +437,8 @@ def register(cli: click.Group) -> None:
 
     @elo.command()
     @click.argument("battles_file", type=click.Path(dir_okay=False, path_type=Path))
-    @click.option(
-        "-o",
-        "--output",
-        type=click.Path(dir_okay=False, path_type=Path),
-        required=True,
-        help="Labelled battles (resumes from it).",
-    )
-    @click.option(
-        "--qa",
-        "qa_file",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Q&A file with the answers (when the battles file has none).",
-    )
+    @output_option("Labelled battles (resumes from it).", required=True)
+    @qa_option("Q&A file with the answers (when the battles file has none).")
     @click.option("--name", help="Your name for the judge column (default: your login).")
     @friendly
     def label(battles_file, output, qa_file, name) -> None:
@@ -494,12 +468,7 @@ def register(cli: click.Group) -> None:
     @_battle_options
     @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table")
     @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
-    @click.option(
-        "-o",
-        "--output",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Write to a file instead of stdout.",
-    )
+    @output_option("Write to a file instead of stdout.")
     @force_option
     @friendly
     def leaderboard(
@@ -539,19 +508,8 @@ def register(cli: click.Group) -> None:
     @elo.command()
     @click.argument("battles_file", type=click.Path(dir_okay=False, path_type=Path))
     @_battle_options
-    @click.option(
-        "-o",
-        "--output",
-        type=click.Path(dir_okay=False, path_type=Path),
-        required=True,
-        help="The HTML page to write.",
-    )
-    @click.option(
-        "--qa",
-        "qa_file",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Q&A file, for the answers-per-model plots.",
-    )
+    @output_option("The HTML page to write.", required=True)
+    @qa_option("Q&A file, for the answers-per-model plots.")
     @click.option("--title", default="Elo leaderboard", help="Page title.")
     @force_option
     @friendly
@@ -600,12 +558,7 @@ def register(cli: click.Group) -> None:
         help="Observed win rate (ties half), battle counts, or win rate the ratings predict.",
     )
     @_battle_options
-    @click.option(
-        "-o",
-        "--output",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Write to a file instead of stdout.",
-    )
+    @output_option("Write to a file instead of stdout.")
     @force_option
     @friendly
     def matrix(
