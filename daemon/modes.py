@@ -21,6 +21,29 @@ if TYPE_CHECKING:
     from .store import Prompt, Session, Store
 
 
+def record_turn(
+    store: Store,
+    settings: Settings,
+    session: str,
+    role: str,
+    content: str,
+    kind: str,
+    mode: str | None,
+    **fields: Any,
+) -> int:
+    """Store one turn with its token count and the karma its kind gets now."""
+    return store.add_prompt(
+        session,
+        role,
+        content,
+        tokens=tokens.count(content, settings["openai_model"]),
+        karma=karma.karma_for(kind, settings),
+        kind=kind,
+        mode=mode,
+        **fields,
+    )
+
+
 @dataclass(frozen=True)
 class Mode:
     """A mode: its name is its directive; aliases are extra spoken forms."""
@@ -83,14 +106,14 @@ class Context:
         self, role: str, content: str, kind: str = "default", meta: dict | None = None
     ) -> int:
         """Store a turn of this session (e.g. a thought or an observation)."""
-        return self.store.add_prompt(
+        return record_turn(
+            self.store,
+            self.settings,
             self.session.name,
             role,
             content,
-            tokens=tokens.count(content, self.settings["openai_model"]),
-            karma=karma.karma_for(kind, self.settings),
-            kind=kind,
-            mode=self.mode,
+            kind,
+            self.mode,
             meta=meta,
         )
 

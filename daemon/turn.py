@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import directives, karma, sessions, tokens
+from . import directives, sessions
 from .errors import LmdError
-from .modes import Context
+from .modes import Context, record_turn
 
 if TYPE_CHECKING:
     from .core import Daemon
@@ -83,19 +83,9 @@ async def run_turn(
             )
         outcome.mode = mode_name
         session.pending = None  # handed to the mode now; it may set a new one
-        model = settings["openai_model"]
 
         def store_turn(role: str, content: str, kind: str, **kw: Any) -> int:
-            return store.add_prompt(
-                session_name,
-                role,
-                content,
-                tokens=tokens.count(content, model),
-                karma=karma.karma_for(kind, settings),
-                kind=kind,
-                mode=mode_name,
-                **kw,
-            )
+            return record_turn(store, settings, session_name, role, content, kind, mode_name, **kw)
 
         if parsed.mode is not None and not parsed.rest:
             # A directive alone switches the session's mode.

@@ -44,8 +44,8 @@ async def propose(request: Any) -> Any:
 
     from starlette.responses import PlainTextResponse
 
-    from daemon import karma, tokens
     from daemon.app import decode_text, read_body, session_name
+    from daemon.modes import record_turn
 
     daemon = request.app.state.daemon
     settings = daemon.settings()
@@ -58,20 +58,10 @@ async def propose(request: Any) -> Any:
     cwd = request.headers.get("x-cwd") or request.query_params.get("cwd")
     if cwd and not Path(cwd).is_absolute():
         raise LmdError("The working directory must be an absolute path.")
-    model = settings["openai_model"]
     store = daemon.store
 
     def keep(role: str, content: str, kind: str, **kw: Any) -> int:
-        return store.add_prompt(
-            name,
-            role,
-            content,
-            tokens=tokens.count(content, model),
-            karma=karma.karma_for(kind, settings),
-            kind=kind,
-            mode="propose",
-            **kw,
-        )
+        return record_turn(store, settings, name, role, content, kind, "propose", **kw)
 
     async with daemon.locks.hold(name):
         session = store.session(name)
