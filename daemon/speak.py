@@ -102,18 +102,20 @@ def unfence(text: str) -> str:
     return "\n".join(line for line in text.split("\n") if not FENCE.match(line))
 
 
+def _flag(headers: Any, query: Any, name: str, default: bool) -> bool:
+    """A yes/no request flag: the X-<Name> header, else ?<name>=, else `default`."""
+    value = (headers.get(f"x-{name}") or query.get(name) or "").strip().lower()
+    return value in ("1", "true", "yes", "on") if value else default
+
+
 def wants_raw(headers: Any, query: Any) -> bool:
     """The client asked for the reply exactly as the mode wrote it (X-Raw: 1 or ?raw=1)."""
-    value = (headers.get("x-raw") or query.get("raw") or "").strip().lower()
-    return value in ("1", "true", "yes", "on")
+    return _flag(headers, query, "raw", False)
 
 
 def wants_speech(headers: Any, query: Any, default: bool = False) -> bool:
     """Whether to strip the reply: the X-Speak header or ?speak= say so, else `default`."""
-    value = (headers.get("x-speak") or query.get("speak") or "").strip().lower()
-    if not value:
-        return default
-    return value in ("1", "true", "yes", "on")
+    return _flag(headers, query, "speak", default)
 
 
 async def speak_stream(chunks: AsyncIterator[str]) -> AsyncIterator[str]:

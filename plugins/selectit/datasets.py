@@ -121,10 +121,7 @@ def _read_lines(file: Path, text: str, fields: dict[str, str], skip_bad: bool) -
             bad.append(number)
             continue
         samples.append(to_sample(record, number, fields))
-    if not samples:
-        raise LmdError(f"The dataset {file} has no usable records; every line was malformed.")
-    check_unique(samples, file)
-    return Dataset(samples, bad, "jsonl")
+    return _finish(samples, bad, file, "jsonl", "no usable records; every line was malformed")
 
 
 def _read_array(file: Path, text: str, fields: dict[str, str], skip_bad: bool) -> Dataset:
@@ -149,10 +146,15 @@ def _read_array(file: Path, text: str, fields: dict[str, str], skip_bad: bool) -
             bad.append(number)
             continue
         samples.append(to_sample(record, number, fields))
+    return _finish(samples, bad, file, "json", "no records; give at least one JSON object")
+
+
+def _finish(samples: list[Sample], bad: list[int], file: Path, kind: str, empty: str) -> Dataset:
+    """The dataset, refused when nothing usable is left or two records share an id."""
     if not samples:
-        raise LmdError(f"The dataset {file} has no records; give at least one JSON object.")
+        raise LmdError(f"The dataset {file} has {empty}.")
     check_unique(samples, file)
-    return Dataset(samples, bad, "json")
+    return Dataset(samples, bad, kind)
 
 
 def check_unique(samples: list[Sample], file: Path | str) -> None:
