@@ -72,12 +72,30 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('shutdown_grace_secs', '10'
 
 
 
+-- == core: the command sandbox (docs/sandbox.md); all protected ==
+-- Sandbox for commands that run without a spoken yes: read-only, workspace-write (the working directory writable) or off.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_level', 'read-only');
+-- More paths hidden from sandboxed commands, as a JSON list (~/.ssh, ~/.aws, LMD_HOME and other secret places always are).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_hide_paths', '[]');
+-- Memory (data segment) one sandboxed process may use, in MiB.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_memory_mb', '2048');
+-- CPU seconds one sandboxed process may use.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_cpu_secs', '600');
+-- Largest file a sandboxed command may write, in MiB (also the size of its private /tmp).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_file_size_mb', '1024');
+-- Most processes one sandboxed command may have at once.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_max_processes', '256');
+-- Environment variables passed to every command beside PATH, HOME, USER, LANG, LC_*, TZ, TERM, SHELL (JSON list; never the API key or the token).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('command_env_passthrough', '[]');
+
+
+
 -- == plugins (each feature adds its block below) ==
 
 
 
 -- == marat ==
--- Which marat commands wait for a spoken yes: never, unsafe (all but clearly read-only ones), always.
+-- Which marat commands wait for a spoken yes: never (none, and none sandboxed), unsafe (all but clearly read-only ones, which run in the sandbox), always.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('marat_approval', 'unsafe');
 -- Seconds one marat command may run before its whole process group is killed.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('marat_command_timeout_secs', '30.0');

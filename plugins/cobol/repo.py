@@ -13,7 +13,12 @@ _GIT_ENV = {"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
 
 
 async def git(repo: str, *args: str, stdin: bytes | None = None) -> tuple[int, str]:
-    """Run `git args` in `repo`; return (exit code, stdout and stderr as text)."""
+    """Run `git args` in `repo`; return (exit code, stdout and stderr as text). Like every
+    command, git gets an allowlisted environment (plus the user's GIT_* variables): the API
+    key and the token never reach it, nor a hook or filter a repository may configure."""
+    from daemon.sandbox import command_env
+
+    env = command_env(repo, _GIT_ENV, [n for n in os.environ if n.startswith("GIT_")])
     proc = await asyncio.create_subprocess_exec(
         "git",
         *args,
@@ -21,7 +26,7 @@ async def git(repo: str, *args: str, stdin: bytes | None = None) -> tuple[int, s
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, **_GIT_ENV},
+        env=env,
     )
     out, _ = await proc.communicate(stdin)
     return proc.returncode or 0, out.decode("utf-8", "replace")
