@@ -1,7 +1,8 @@
 """`lmd doctor`: check the installation and explain each finding in a sentence.
 
 Checks: database path and integrity, invalid settings, backend reachable (and its models),
-logprobs support, the tokenizer in use, the bind/token policy, a running daemon, plugins.
+logprobs support, the tokenizer in use, the command sandbox, the bind/token policy, a running
+daemon, plugins.
 A "fail" makes the exit code 1; a "warn" does not (it limits a feature, lmd still works).
 """
 
@@ -172,6 +173,21 @@ def check_tokenizer(model: str) -> Finding:
     )
 
 
+def check_sandbox(settings: Any) -> Finding:
+    """Can commands run in the OS sandbox here? Without one, marat asks before every command."""
+    from daemon import sandbox
+    from daemon.errors import LmdError
+    from daemon.server import sandbox_state
+
+    try:
+        level = settings["sandbox_level"]
+    except LmdError:
+        level = sandbox.READ_ONLY  # the settings check reports the bad value
+    found = sandbox.detect()
+    status = OK if level != sandbox.OFF and found.available and not found.warnings else WARN
+    return Finding("sandbox", status, sandbox_state(level))
+
+
 def check_policy(environ: dict) -> Finding:
     from daemon.errors import LmdError
     from daemon.server import is_loopback, parse_bind
@@ -265,6 +281,7 @@ def run_checks(home: Path, offline: bool = False, environ: dict | None = None) -
         findings.extend(check_backend(settings))
     model = settings["openai_model"] if settings_ok else "gpt-4.1-mini"
     findings.append(check_tokenizer(model))
+    findings.append(check_sandbox(settings))
     findings.append(check_policy(env))
     if not offline:
         findings.append(check_daemon(env))
