@@ -134,17 +134,16 @@ async def run_command(
     trap), `pass_fds` are inherited. With `sandbox` the command runs inside the OS sandbox
     with its limits; without it, unsandboxed (the user approved it, or chose no sandbox)."""
     start = time.monotonic()
-    script = f"{setup}\n{command}" if setup else command
     variables = sandboxing.command_env(cwd, env, passthrough)
     prepared = None
     if sandbox is not None:
-        prepared = sandboxing.prepare(
-            sandbox, ["bash", "-c", sandboxing.wrap_script(sandbox, script)]
-        )
+        script = sandboxing.wrap_script(sandbox, command, setup)
+        prepared = sandboxing.prepare(sandbox, ["bash", "-c", script])
         variables.update(prepared.env)
         argv = prepared.argv
         fds = (*pass_fds, *prepared.pass_fds)
     else:
+        script = f"{setup}\n{command}" if setup else command
         argv, fds = ["bash", "-c", script], tuple(pass_fds)
     try:
         result = await _run(argv, cwd, timeout, max_chars, variables, fds, prepared)

@@ -507,7 +507,10 @@ def prepare(policy: Policy, argv: list[str], found: Availability | None = None) 
 
 
 def bwrap_args(
-    policy: Policy, features: frozenset[str] | set[str] = frozenset(), seccomp_fd: int | None = None
+    policy: Policy,
+    features: frozenset[str] | set[str] = frozenset(),
+    seccomp_fd: int | None = None,
+    empty_fd: int | None = None,
 ) -> list[str]:
     """bwrap's options for `policy` (mount order matters: later mounts cover earlier ones)."""
     a = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -527,7 +530,11 @@ def bwrap_args(
         if os.path.isdir(secret) and not os.path.islink(secret):
             a += ["--tmpfs", secret, "--remount-ro", secret]
         elif os.path.lexists(secret) and not os.path.islink(secret):
-            a += ["--ro-bind", "/dev/null", secret]
+            # An empty file, so a program reading its config (wget and ~/.netrc) still runs.
+            if empty_fd is not None:
+                a += ["--ro-bind-data", str(empty_fd), secret]
+            else:
+                a += ["--ro-bind", "/dev/null", secret]  # unreadable on a nodev mount
     a += ["--chdir", policy.cwd]
     a += ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
     a += ["--unshare-cgroup-try"]
@@ -557,8 +564,17 @@ def _prepare_bwrap(policy: Policy, argv: list[str], found: Availability) -> Prep
         os.close(write)
         fds.append(read)
         seccomp_fd = read
+    empty_fd = None
+    if "--ro-bind-data" in found.features and any(
+        os.path.lexists(p) and not os.path.isdir(p) for p in policy.hidden
+    ):
+        read, write = os.pipe()  # closed at once: every read gives an empty file
+        os.close(write)
+        fds.append(read)
+        empty_fd = read
     bwrap = found.binary or "bwrap"
-    wrapped = [bwrap, *bwrap_args(policy, found.features, seccomp_fd), "--", *argv]
+    args = bwrap_args(policy, found.features, seccomp_fd, empty_fd)
+    wrapped = [bwrap, *args, "--", *argv]
     cgroup = None
     if found.pids_cgroup:
         try:
@@ -571,11 +587,15 @@ def _prepare_bwrap(policy: Policy, argv: list[str], found: Availability) -> Prep
     return Prepared(wrapped, tuple(fds), {"TMPDIR": "/tmp"}, cgroup, fds)
 
 
-def wrap_script(policy: Policy, script: str, found: Availability | None = None) -> str:
-    """`script` with the limits set on a line before it. (On macOS the process count stays
+def wrap_script(
+    policy: Policy, command: str, setup: str = "", found: Availability | None = None
+) -> str:
+    """`command` after one line that sets the limits (and runs `setup`), so the command's own
+    lines are numbered from 2 as without the sandbox. (On macOS the process count stays
     unlimited: there RLIMIT_NPROC counts all of the user's processes, not the sandbox's.)"""
     found = found or detect()
-    return f"{policy.limits.ulimit_line(processes=found.kind == 'bwrap')}\n{script}"
+    first = policy.limits.ulimit_line(processes=found.kind == "bwrap")
+    return f"{first}; {setup}\n{command}" if setup else f"{first}\n{command}"
 
 
 # -- Seatbelt (macOS) --------------------------------------------------------------------------

@@ -52,7 +52,10 @@ def test_bwrap_args_read_only(tmp_path):
     i = a.index(str(secret_dir))
     assert a[i - 1] == "--tmpfs" and a[i + 1 : i + 3] == ["--remount-ro", str(secret_dir)]
     j = a.index(str(secret_file))
-    assert a[j - 2 : j] == ["--ro-bind", "/dev/null"]
+    assert a[j - 2 : j] == ["--ro-bind", "/dev/null"]  # an old bwrap: unreadable
+    with_data = sandbox.bwrap_args(pol, empty_fd=9)
+    j = with_data.index(str(secret_file))
+    assert with_data[j - 2 : j] == ["--ro-bind-data", "9"]  # an empty file
     assert "--bind" not in a  # nothing writable at read-only
     # pytest's tmp_path lives in /tmp: its top directory comes back read-only over the tmpfs
     top = "/" + "/".join(Path(os.path.realpath(tmp_path)).parts[1:3])
@@ -268,6 +271,7 @@ def test_hidden_places_are_empty_and_read_only(tmp_path):
     pol = policy(tmp_path, hidden=(str(ssh), str(netrc)))
     r = run("ls -A .ssh; cat .ssh/id_rsa .netrc; touch .ssh/x; echo end", tmp_path, pol)
     assert "PRIVATE KEY" not in r.output and "hunter2" not in r.output
+    assert ".netrc" not in r.output  # an empty, readable file: wget still runs
     assert "Read-only file system" in r.output and r.output.rstrip().endswith("end")
     assert sorted(os.listdir(ssh)) == ["id_rsa"]
 
