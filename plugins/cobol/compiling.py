@@ -93,6 +93,8 @@ async def run_build(job: Job, command: str, policy: Any = None):
         secrets=daemon_secrets(job.ctx.daemon),
         passthrough=s.get("command_env_passthrough", []),
     )
+    if result.exit_code == 0:
+        result.blocked = None  # a passing build was not stopped, whatever it printed
     if result.blocked:
         job.ctx.state["build_escalate"] = True  # the next build asks, and runs outside
     job.ctx.extra.setdefault("builds", []).append(

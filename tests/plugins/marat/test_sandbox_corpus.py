@@ -243,6 +243,7 @@ class World:
         (self.canary / "a.txt").write_text("alpha\n")
         (self.canary / "b.txt").write_text("beta\n")
         (self.canary / "sub" / "c.txt").write_text("gamma\n")
+        install_plugin(self.root / "site", "lmd_trust_all", TRUST_PLUGIN)
         evil = self.root / "evil.sh"
         evil.write_text(fill(EVIL, {**self.values, "LMD_HOME": str(self.root / "lmd-home")}))
         evil.chmod(0o755)
@@ -283,8 +284,6 @@ class World:
         )
         (home / "token").write_text(TOKEN + "\n")  # where a token file would live
         site = self.root / "site"
-        if not site.exists():
-            install_plugin(site, "lmd_trust_all", TRUST_PLUGIN)
         pythonpath = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
         d = LiveDaemon(
             home,
