@@ -14,6 +14,7 @@ turns a policy and an argv into the wrapped argv the runner starts.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
 import platform
@@ -399,68 +400,136 @@ class PidsGroup:
         self.procs = os.path.join(self.path, "cgroup.procs")
 
     def close(self) -> None:
-        for _ in range(50):
+        """Kill what is left; remove the cgroup now, or (while the kernel still reaps the
+        killed processes) on a later call: the event loop must not wait for it."""
+        try:
+            pids = [int(p) for p in Path(self.procs).read_text().split()]
+        except OSError:
+            pids = []
+        for pid in pids:
             try:
-                pids = [int(p) for p in Path(self.procs).read_text().split()]
+                os.kill(pid, signal.SIGKILL)
             except OSError:
-                return
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+                pass
+        _stale.append(self.path)
+        sweep_cgroups()
+
+
+_stale: list[str] = []
+
+
+def sweep_cgroups(wait: float = 0.0) -> None:
+    """Remove the emptied per-command cgroups (waiting up to `wait` seconds for the rest)."""
+    deadline = time.monotonic() + wait
+    while _stale:
+        for path in list(_stale):
             try:
-                os.rmdir(self.path)
-                return
+                os.rmdir(path)
+            except FileNotFoundError:
+                pass
             except OSError:
-                time.sleep(0.01)  # the killed processes are still being reaped
+                continue
+            _stale.remove(path)
+        if not _stale or time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)
+
+
+atexit.register(sweep_cgroups, 2.0)
 
 
 # -- seccomp -----------------------------------------------------------------------------------
-# (audit arch, socket, add_key, request_key, keyctl) per machine; io_uring's numbers are shared.
+# Per machine: the audit arch and the numbers of the calls the filter looks at.
 _SYSCALLS = {
-    "x86_64": (0xC000003E, 41, 248, 249, 250),
-    "aarch64": (0xC00000B7, 198, 217, 218, 219),
+    "x86_64": {
+        "arch": 0xC000003E,
+        "socket": 41,
+        "clone": 56,
+        "denied": (248, 249, 250, 272),  # add_key, request_key, keyctl, unshare
+    },
+    "aarch64": {
+        "arch": 0xC00000B7,
+        "socket": 198,
+        "clone": 220,
+        "denied": (217, 218, 219, 97),
+    },
 }
-_IO_URING = (425, 426, 427)
-_EPERM, _EAFNOSUPPORT, _AF_UNIX = 1, 97, 1
+_IO_URING = (425, 426, 427)  # the same on every machine
+_CLONE3 = 435
+_EPERM, _ENOSYS, _EAFNOSUPPORT, _AF_UNIX = 1, 38, 97, 1
+_CLONE_NEWUSER = 0x10000000
 _X32_BIT = 0x40000000
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+_LD, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+
+
+def _assemble(items: list[tuple]) -> bytes:
+    """Classic BPF from (code, jt, jf, k) with jump targets given as label names (None: the
+    next instruction) and ("label", name) markers."""
+    labels, pos = {}, 0
+    for item in items:
+        if item[0] == "label":
+            labels[item[1]] = pos
+        else:
+            pos += 1
+    out, pos = [], 0
+    for item in items:
+        if item[0] == "label":
+            continue
+        code, jt, jf, k = item
+
+        def offset(target: str | None, here: int = pos) -> int:
+            return 0 if target is None else labels[target] - here - 1
+
+        out.append(struct.pack("=HBBI", code, offset(jt), offset(jf), k))
+        pos += 1
+    return b"".join(out)
 
 
 def seccomp_program(machine: str | None = None) -> bytes | None:
-    """A classic-BPF seccomp filter (bwrap --seccomp) refusing: Unix-domain sockets (the
-    network namespace does not cover them: docker.sock, the D-Bus session bus or an agent
-    socket would open a way out), io_uring (it can create sockets past the filter) and the
-    kernel keyrings (shared across namespaces). Other machines: None."""
+    """A seccomp filter (bwrap --seccomp) refusing what the namespaces do not cover:
+
+    - Unix-domain sockets (docker.sock, the D-Bus session bus or an agent socket would open a
+      way out of the sandbox) and io_uring (it can make sockets past the filter);
+    - new user namespaces (unshare, clone with CLONE_NEWUSER; clone3 says ENOSYS so the C
+      library falls back to clone): a kernel attack surface the command has no use for;
+    - the kernel keyrings (shared across namespaces).
+
+    Other machines get None (and bwrap's --disable-userns instead)."""
     name = (machine or platform.machine()).lower()
     name = {"amd64": "x86_64", "arm64": "aarch64"}.get(name, name)
     if name not in _SYSCALLS:
         return None
-    arch, nr_socket, *keyring = _SYSCALLS[name]
-    denied = [*keyring, *_IO_URING]
-    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    # (code, jt, jf, k); a jump skips jt/jf instructions after itself.
-    prog = [
-        (ld, 0, 0, 4),  # seccomp_data.arch
-        (jeq, 1, 0, arch),
-        (ret, 0, 0, _RET_ERRNO | _EPERM),  # another ABI (e.g. i386 on x86_64): refuse
-        (ld, 0, 0, 0),  # seccomp_data.nr
+    calls = _SYSCALLS[name]
+    items: list[tuple] = [
+        (_LD, None, None, 4),  # seccomp_data.arch
+        (_JEQ, None, "eperm", calls["arch"]),  # another ABI (e.g. i386 on x86_64): refuse
+        (_LD, None, None, 0),  # seccomp_data.nr
     ]
     if name == "x86_64":
-        prog += [(jge, 0, 1, _X32_BIT), (ret, 0, 0, _RET_ERRNO | _EPERM)]  # x32 calls
-    # Layout after the compares: [jeq socket][ld arg0][jeq AF_UNIX][ALLOW][DENY][NOAF]
-    for i, nr in enumerate(denied):
-        prog.append((jeq, len(denied) - i + 3, 0, nr))  # to DENY
-    prog += [
-        (jeq, 0, 2, nr_socket),  # not socket(): to ALLOW
-        (ld, 0, 0, 16),  # seccomp_data.args[0], low 32 bits (little endian)
-        (jeq, 2, 0, _AF_UNIX),  # AF_UNIX: to NOAF, else ALLOW
-        (ret, 0, 0, _RET_ALLOW),
-        (ret, 0, 0, _RET_ERRNO | _EPERM),
-        (ret, 0, 0, _RET_ERRNO | _EAFNOSUPPORT),
+        items.append((_JGE, "eperm", None, _X32_BIT))  # the x32 ABI
+    for nr in (*calls["denied"], *_IO_URING):
+        items.append((_JEQ, "eperm", None, nr))
+    items += [
+        (_JEQ, "enosys", None, _CLONE3),
+        (_JEQ, "clone", None, calls["clone"]),
+        (_JEQ, "socket", "allow", calls["socket"]),
+        ("label", "socket"),
+        (_LD, None, None, 16),  # args[0] (low 32 bits): the address family
+        (_JEQ, "noaf", "allow", _AF_UNIX),
+        ("label", "clone"),
+        (_LD, None, None, 16),  # args[0]: the clone flags
+        (_JSET, "eperm", "allow", _CLONE_NEWUSER),
+        ("label", "allow"),
+        (_RET, None, None, _RET_ALLOW),
+        ("label", "eperm"),
+        (_RET, None, None, _RET_ERRNO | _EPERM),
+        ("label", "noaf"),
+        (_RET, None, None, _RET_ERRNO | _EAFNOSUPPORT),
+        ("label", "enosys"),
+        (_RET, None, None, _RET_ERRNO | _ENOSYS),
     ]
-    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+    return _assemble(items)
 
 
 # -- wrapping ----------------------------------------------------------------------------------
@@ -538,8 +607,9 @@ def bwrap_args(
     a += ["--chdir", policy.cwd]
     a += ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
     a += ["--unshare-cgroup-try"]
-    if "--disable-userns" in features:
-        a.append("--disable-userns")  # no nested user namespace to play with mounts in
+    if seccomp_fd is None and "--disable-userns" in features:
+        # No nested user namespace (the seccomp filter refuses them more cheaply).
+        a.append("--disable-userns")
     a += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     if seccomp_fd is not None:
         a += ["--seccomp", str(seccomp_fd)]
@@ -574,6 +644,8 @@ def _prepare_bwrap(policy: Policy, argv: list[str], found: Availability) -> Prep
         empty_fd = read
     bwrap = found.binary or "bwrap"
     args = bwrap_args(policy, found.features, seccomp_fd, empty_fd)
+    if argv and "/" not in argv[0]:
+        argv = [shutil.which(argv[0]) or argv[0], *argv[1:]]  # no PATH walk inside bwrap
     wrapped = [bwrap, *args, "--", *argv]
     cgroup = None
     if found.pids_cgroup:

@@ -39,12 +39,14 @@ def test_bwrap_args_read_only(tmp_path):
     secret_file.write_text("machine x password y\n")
     pol = policy(tmp_path, hidden=(str(secret_dir), str(secret_file)))
     a = sandbox.bwrap_args(pol, {"--size", "--disable-userns"}, seccomp_fd=7)
+    assert "--disable-userns" not in a  # the filter refuses user namespaces
+    assert "--disable-userns" in sandbox.bwrap_args(pol, {"--disable-userns"})
     assert a[:3] == ["--ro-bind", "/", "/"]  # first, so everything else covers it
     assert a[a.index("--proc") + 1] == "/proc" and a[a.index("--dev") + 1] == "/dev"
     assert a[a.index("--tmpfs") + 1] == "/tmp"
     assert a[a.index("--size") + 1] == str(1024 * 1024 * 1024)
     flags = "--unshare-user --unshare-pid --unshare-net --unshare-ipc --unshare-uts"
-    for flag in (*flags.split(), "--die-with-parent", "--new-session", "--disable-userns"):
+    for flag in (*flags.split(), "--die-with-parent", "--new-session"):
         assert flag in a, flag
     assert a[a.index("--cap-drop") + 1] == "ALL"
     assert a[a.index("--seccomp") + 1] == "7"
@@ -204,24 +206,33 @@ def bpf(program: bytes, nr: int, arch: int, arg0: int = 0) -> int:
             pc += jt if acc == k else jf
         elif code == 0x35:
             pc += jt if acc >= k else jf
+        elif code == 0x45:
+            pc += jt if acc & k else jf
         elif code == 0x06:
             return k
         pc += 1
 
 
 @pytest.mark.parametrize(
-    ("machine", "arch", "socket_nr", "keyctl"),
-    [("x86_64", 0xC000003E, 41, 250), ("aarch64", 0xC00000B7, 198, 219)],
+    ("machine", "arch", "nr"),
+    [
+        ("x86_64", 0xC000003E, {"socket": 41, "keyctl": 250, "unshare": 272, "clone": 56}),
+        ("aarch64", 0xC00000B7, {"socket": 198, "keyctl": 219, "unshare": 97, "clone": 220}),
+    ],
 )
-def test_seccomp_filter_decisions(machine, arch, socket_nr, keyctl):
+def test_seccomp_filter_decisions(machine, arch, nr):
     prog = sandbox.seccomp_program(machine)
     assert len(prog) % 8 == 0
-    allow, eperm, noaf = 0x7FFF0000, 0x00050001, 0x00050061
-    assert bpf(prog, socket_nr, arch, 1) == noaf  # AF_UNIX
-    assert bpf(prog, socket_nr, arch, 2) == allow  # AF_INET (the netns has no route anyway)
-    assert bpf(prog, socket_nr, arch, 10) == allow
-    assert bpf(prog, keyctl, arch) == eperm
+    allow, eperm, noaf, enosys = 0x7FFF0000, 0x00050001, 0x00050061, 0x00050026
+    assert bpf(prog, nr["socket"], arch, 1) == noaf  # AF_UNIX
+    assert bpf(prog, nr["socket"], arch, 2) == allow  # AF_INET (the netns has no route anyway)
+    assert bpf(prog, nr["socket"], arch, 10) == allow
+    assert bpf(prog, nr["keyctl"], arch) == eperm
     assert bpf(prog, 425, arch) == eperm  # io_uring_setup
+    assert bpf(prog, nr["unshare"], arch) == eperm
+    assert bpf(prog, nr["clone"], arch, 0x10000000 | 0x11) == eperm  # CLONE_NEWUSER
+    assert bpf(prog, nr["clone"], arch, 0x01200011) == allow  # what fork() passes
+    assert bpf(prog, 435, arch) == enosys  # clone3: the C library falls back to clone
     assert bpf(prog, 0, arch) == allow and bpf(prog, 59, arch) == allow
     assert bpf(prog, 1, 0x40000003) == eperm  # another ABI (i386)
     if machine == "x86_64":
@@ -395,7 +406,9 @@ def test_timeout_kills_everything_in_the_sandbox(tmp_path):
     assert processes_with(marker) == []
     found = sandbox.detect()
     if found.pids_cgroup:
-        assert [d for d in os.listdir(found.pids_cgroup) if d.startswith("cmd-")] == []
+        sandbox.sweep_cgroups(2.0)
+        mine = f"cmd-{os.getpid()}-"
+        assert [d for d in os.listdir(found.pids_cgroup) if d.startswith(mine)] == []
 
 
 @needs_bwrap
