@@ -12,13 +12,13 @@ from daemon.errors import LmdError
 _GIT_ENV = {"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
 
 
-async def git(repo: str, *args: str, stdin: bytes | None = None) -> tuple[int, str]:
-    """Run `git args` in `repo`; return (exit code, stdout and stderr as text). Like every
-    command, git gets an allowlisted environment (plus the user's GIT_* variables): the API
-    key and the token never reach it, nor a hook or filter a repository may configure."""
-    from daemon.sandbox import command_env
+# cobol's own git calls run without asking, so a repository must not make them run its code:
+# core.fsmonitor runs on status, diff and ls-files, filter drivers (.gitattributes) on status,
+# diff and apply, hooks on commit. These switch all of that off for our calls.
+_SAFE_GIT = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
 
-    env = command_env(repo, _GIT_ENV, [n for n in os.environ if n.startswith("GIT_")])
+
+async def _run_git(repo: str, args: list[str], stdin: bytes | None, env: dict) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         "git",
         *args,
@@ -30,6 +30,32 @@ async def git(repo: str, *args: str, stdin: bytes | None = None) -> tuple[int, s
     )
     out, _ = await proc.communicate(stdin)
     return proc.returncode or 0, out.decode("utf-8", "replace")
+
+
+async def git(repo: str, *args: str, stdin: bytes | None = None) -> tuple[int, str]:
+    """Run `git args` in `repo`; return (exit code, stdout and stderr as text). Like every
+    command, git gets an allowlisted environment (plus the user's GIT_* variables): the API
+    key and the token never reach it; and no fsmonitor, hook or filter driver the repository
+    configures runs (see _SAFE_GIT)."""
+    from daemon.sandbox import command_env
+
+    env = command_env(repo, _GIT_ENV, [n for n in os.environ if n.startswith("GIT_")])
+    code, names = await _run_git(
+        repo,
+        [*_SAFE_GIT, "config", "--null", "--name-only", "--get-regexp", r"^filter\."],
+        None,
+        env,
+    )
+    neutral: list[str] = []
+    drivers = (
+        {n.rsplit(".", 1)[0] for n in names.split("\0") if n.count(".") >= 2}
+        if code == 0
+        else set()
+    )
+    for driver in sorted(drivers):
+        for key, value in (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false")):
+            neutral += ["-c", f"{driver}.{key}={value}"]
+    return await _run_git(repo, [*_SAFE_GIT, *neutral, *args], stdin, env)
 
 
 def chosen_directory(setting: str, cwd: str | None) -> str:

@@ -4,6 +4,7 @@ the repository only (never its .git); a build the sandbox stopped makes the next
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -136,3 +137,30 @@ def test_never_runs_the_build_unsandboxed(make_client, world, monkeypatch):
     c = make_client(cobol_build_command="touch ../other/y.txt", sandbox_level="workspace-write")
     out = say(c, world["repo"], "cobol compile")
     assert out["build"]["sandbox"] == "none" and (world["sibling"] / "y.txt").exists()
+
+
+def test_cobols_own_git_calls_run_none_of_a_hostile_repositorys_code(
+    make_client, world, backend, monkeypatch, tmp_path
+):
+    """cobol runs git (status, diff, ls-files, apply) without asking: a repository's
+    core.fsmonitor, filter drivers and hooks must not run through it."""
+    repo = world["repo"]
+    log = tmp_path / "evil.log"
+    evil = tmp_path / "evil.sh"
+    evil.write_text(f'#!/bin/sh\necho "$0 $*" >> {log}\ncat\n')
+    evil.chmod(0o755)
+    (repo / ".gitattributes").write_text("*.py filter=evil\n")
+    for key in ("core.fsmonitor", "filter.evil.clean", "filter.evil.smudge", "filter.evil.process"):
+        subprocess.run(["git", "config", key, str(evil)], cwd=repo, check=True)
+    subprocess.run(["git", "config", "filter.evil.required", "true"], cwd=repo, check=True)
+    subprocess.run(["git", "status"], cwd=repo, capture_output=True)  # plain git would run it
+    assert log.exists()
+    log.unlink()
+    monkeypatch.setenv("LMD_MARAT_APPROVAL", "never")
+    c = make_client(cobol_build_command=BUILD, max_thought_loops=2)
+    assert say(c, repo, "cobol focus on calc.py")["reply"].startswith("Focused on calc.py")
+    backend.queue(FIX_ADD)
+    out = say(c, repo, "cobol compile and fix")
+    assert out["passed"] is True, out["reply"]
+    assert say(c, repo, "cobol undo")["reply"].startswith("Undone")
+    assert not log.exists(), log.read_text()
