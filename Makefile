@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test test-pyz lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ lint: $(TEST_STAMP)
 
 bench: $(TEST_STAMP)
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+# The single-file build, built once and then run for real (a CI step of its own: ~40 s).
+test-pyz: $(TEST_STAMP)
+	$(MAKE) -s pyz PYZ=dist/lmd.pyz
+	LMD_PYZ=dist/lmd.pyz $(BIN)/python -m pytest -m pyz
 
 clean:
 	rm -rf $(VENV) build *.egg-info
