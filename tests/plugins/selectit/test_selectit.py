@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import pytest
 from hypothesis import given
@@ -311,13 +312,19 @@ def test_resume_after_a_failure_gives_the_uninterrupted_file(home, backend, tmp_
     r = run_cli(home, data, "-o", out, "--k", 2)
     assert r.exit_code == 0, r.stderr
     assert "6 from an earlier run" in r.stderr
-    assert len(backend.requests) == 6 * 2  # only the unscored samples were asked for
+    # Only the unscored samples were asked for, k times each. Task 7's second prompt of the
+    # failed run may still be on its way to the backend when the run gives up (it was cut,
+    # not answered), so task 7 may show once more.
+    asked = Counter(int(TASK.search(prompt_of(q.body)).group(1)) for q in backend.requests)
+    assert set(asked) == set(range(7, 13)), asked
+    assert all(asked[t] == 2 for t in range(8, 13)) and asked[7] in (2, 3), asked
     assert out.read_bytes() == reference.read_bytes()
+    before = len(backend.requests)
     r = run_cli(home, data, "-o", out, "--k", 2)  # nothing left: no calls, same file
-    assert len(backend.requests) == 12 and out.read_bytes() == reference.read_bytes()
+    assert len(backend.requests) == before and out.read_bytes() == reference.read_bytes()
     r = run_cli(home, data, "-o", out, "--k", 3)  # other settings would mix two scorings
     assert r.exit_code == 1 and "was started with other settings (k 2 then, 3 now)" in r.stderr
-    assert len(backend.requests) == 12 and out.read_bytes() == reference.read_bytes()
+    assert len(backend.requests) == before and out.read_bytes() == reference.read_bytes()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
