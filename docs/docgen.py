@@ -9,7 +9,6 @@ to be installed, so the output is the same on every machine.
 from __future__ import annotations
 
 import importlib
-import json
 import tomllib
 from pathlib import Path
 
@@ -148,13 +147,9 @@ def sample_plugin() -> str:
     out = []
     folder = ROOT / "tests" / "sample_plugin"
     for path in sorted(folder.rglob("*")):
-        if path.suffix not in (".py", ".toml", ".cfg") or "__pycache__" in path.parts:
+        if path.suffix not in (".py", ".toml") or "__pycache__" in path.parts:
             continue
         lang = "python" if path.suffix == ".py" else "toml"
         rel = path.relative_to(ROOT).as_posix()
         out.append(f"\n`{rel}`:\n\n```{lang}\n{path.read_text().rstrip()}\n```\n")
     return "".join(out)
-
-
-if __name__ == "__main__":  # a quick look: python docs/docgen.py
-    print(json.dumps([s.name for s in builtin_settings()]))

@@ -44,10 +44,13 @@ def markdown_files() -> list[Path]:
     return [README, *sorted(DOCS.glob("*.md"))]
 
 
+def without_code_blocks(text: str) -> str:
+    return re.sub(r"^(```|~~~).*?^\1[^\n]*$", "", text, flags=re.M | re.S)
+
+
 def without_code(text: str) -> str:
     """The text with fenced blocks and inline code blanked out (links there are examples)."""
-    text = re.sub(r"^(```|~~~).*?^\1[^\n]*$", "", text, flags=re.M | re.S)
-    return re.sub(r"`[^`\n]*`", "", text)
+    return re.sub(r"`[^`\n]*`", "", without_code_blocks(text))
 
 
 def code_blocks(text: str, langs: tuple[str, ...] = ("sh", "bash")) -> list[str]:
@@ -77,10 +80,6 @@ def anchors(path: Path) -> set[str]:
             name = f"{base}-{n}"
         found.add(name)
     return found
-
-
-def without_code_blocks(text: str) -> str:
-    return re.sub(r"^(```|~~~).*?^\1[^\n]*$", "", text, flags=re.M | re.S)
 
 
 def links(path: Path) -> list[str]:
@@ -225,10 +224,6 @@ def shell_commands(text: str) -> list[list[str]]:
     return found
 
 
-def example_files() -> list[Path]:
-    return [README, *sorted(DOCS.glob("*.md"))]
-
-
 def check_lmd_words(group: click.Group, words: list[str]) -> None:
     """Parse an `lmd ...` example as the CLI would, without running it."""
     command: click.Command = group
@@ -251,7 +246,7 @@ def test_lmd_examples_are_commands_lmd_knows():
     group = docgen.builtin_cli()
     checked = 0
     problems = []
-    for path in example_files():
+    for path in markdown_files():
         for words in shell_commands(path.read_text()):
             if Path(words[0]).name not in ("lmd", "lmd.pyz"):
                 continue
@@ -291,7 +286,7 @@ def test_curl_examples_call_routes_lmd_serves(make_client):
     spec = make_client(pm=docgen.builtin_plugin_manager()).get("/openapi.json").json()
     checked = 0
     problems = []
-    for path in example_files():
+    for path in markdown_files():
         for words in shell_commands(path.read_text()):
             if words[0] != "curl" or not (request := curl_request(words)):
                 continue
