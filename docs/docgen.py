@@ -95,8 +95,9 @@ def settings_tables() -> str:
     for plugin, specs in _by_plugin(builtin_settings()).items():
         title, page = PAGES.get(plugin, (plugin, None))
         out.append(f"\n## {title}\n\n")
-        where = f"; explained in [{page}]({page})" if page else ""
-        out.append(f"Declared by the plugin `{plugin}`{where}.\n\n")
+        source = "`daemon/core_settings.py`" if plugin == "core" else f"the plugin `{plugin}`"
+        where = f"; explained in [{page.removesuffix('.md')}]({page})" if page else ""
+        out.append(f"Declared by {source}{where}.\n\n")
         out.append("| setting | default | allowed | meaning |\n|---|---|---|---|\n")
         for spec in specs:
             default = spec.dump(spec.default)
