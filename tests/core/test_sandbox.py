@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import needs_bwrap, processes_with
 
 from daemon import sandbox
 from daemon.runner import REDACTED, redact, run_command
 from daemon.sandbox import Limits, Policy
+from tests.sandbox_helpers import needs_bwrap, processes_with
 
 
 def policy(tmp_path: Path, **kw) -> Policy:

@@ -10,10 +10,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from cobol_helpers import BUILD, FIX_ADD, make_repo
-from sandbox_helpers import needs_bwrap
 
 from daemon import sandbox
+from tests.sandbox_helpers import needs_bwrap
+
+from .conftest import BUILD, FIX_ADD, make_repo
 
 
 def say(client, repo: Path, text: str) -> dict:

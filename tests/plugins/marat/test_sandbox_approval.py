@@ -7,13 +7,14 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from marat_helpers import GIT_ENV, action, final, make_projects, say
-from sandbox_helpers import needs_bwrap
 
 import plugins.marat.safety as safety
 from daemon import sandbox
 from daemon.runner import REDACTED
 from plugins.marat.loop import decide
+from tests.sandbox_helpers import needs_bwrap
+
+from .conftest import GIT_ENV, action, final, make_projects, say
 
 SENTINEL = "sk-sentinel-approval-0123456789abcdef"
 

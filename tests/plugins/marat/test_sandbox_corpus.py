@@ -32,10 +32,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, FakeBackend, LiveDaemon, Reply, configure
-from marat_helpers import action, final
-from reliability_helpers import install_plugin
-from sandbox_helpers import Listener, needs_bwrap, processes_with, tree_hash
+
+from tests.daemons import ROOT, LiveDaemon, configure, install_plugin
+from tests.fake_backend import FakeBackend, Reply
+from tests.sandbox_helpers import Listener, needs_bwrap, processes_with, tree_hash
+
+from .conftest import action, final
 
 SENTINEL_KEY = "sk-sentinel-5c1e2f7a9b3d4e6f8a0b1c2d3e4f5a6b"
 TOKEN = "tok-sentinel-8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a"
