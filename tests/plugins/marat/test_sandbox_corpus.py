@@ -418,6 +418,11 @@ def test_the_corpus_covers_every_family():
 @needs_bwrap
 def test_default_settings_sandbox_what_runs_and_ask_for_the_rest(runs):
     replies, rows = runs["default"], runs["default_audit"]
+    started = runs["sandboxed"].output()
+    assert (
+        "lmd sandbox: sandbox_level read-only: Commands that run without asking run in a "
+        in started
+    )
     ran = [r for r in replies if not asked(r)]
     assert len(ran) + sum(asked(r) for r in replies) == len(CORPUS)
     assert len(rows) == len(ran) and ran  # e.g. printenv, cat ~/.ssh/id_rsa ran, sandboxed
