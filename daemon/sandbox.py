@@ -378,12 +378,25 @@ def _pids_cgroup_base() -> str | None:
         base = os.path.join(parent, "lmd-sandbox")
         try:
             os.makedirs(base, exist_ok=True)
+            _remove_orphans(base)
             probe = PidsGroup(base, 8)
             probe.close()
             return base
         except OSError:
             continue
     return None
+
+
+def _remove_orphans(base: str) -> None:
+    """Empty cgroups left by daemons that died (kill -9) before removing them."""
+    for name in os.listdir(base):
+        parts = name.split("-")
+        if len(parts) == 3 and parts[0] == "cmd" and parts[1].isdigit():
+            if not os.path.exists(f"/proc/{parts[1]}"):
+                try:
+                    os.rmdir(os.path.join(base, name))
+                except OSError:
+                    pass  # still holds a process: leave it
 
 
 class PidsGroup:

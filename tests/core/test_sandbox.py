@@ -492,3 +492,12 @@ def test_limits_line():
     line = Limits(memory_mb=10, cpu_secs=3, file_size_mb=2, max_processes=9).ulimit_line()
     assert line == "ulimit -d 10240 -f 2048 -u 9 -t 4 && ulimit -S -t 3 || exit 125"
     assert "-u" not in Limits().ulimit_line(processes=False)
+
+
+def test_cgroups_of_dead_daemons_are_removed(tmp_path):
+    dead, alive = tmp_path / "cmd-999999999-3", tmp_path / f"cmd-{os.getpid()}-1"
+    dead.mkdir()
+    alive.mkdir()
+    (tmp_path / "other").mkdir()
+    sandbox._remove_orphans(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, "other"])
