@@ -45,9 +45,11 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('max_bash_output_len_for_re
 INSERT OR IGNORE INTO settings (name, value) VALUES ('recent_history_limit', '50');
 -- Karma of an ordinary prompt.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('default_karma', '1000');
--- Karma of prompts the system considers crucial.
+-- Karma of operative prompts, the ones the user promoted (the seed ranks them first, so keep it above instructive_karma).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('operative_karma', '25000');
+-- Karma of prompts the system considers crucial: a running marat task's instruction, cobol's current focus.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('instructive_karma', '10000');
--- Karma of operative (user-promoted) prompts and of a finished task's instruction and answer.
+-- Karma of what finished work leaves behind: a done marat task's instruction and answer, cobol's applied changes and builds.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('contextual_karma', '2500');
 -- Karma of corrections, help and format hints.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('decorative_karma', '500');
