@@ -80,7 +80,14 @@ def test_the_seeds_order_of_kinds_holds_with_the_defaults():
     lmd's contextual between instructive and default and none at the bottom."""
     s = {spec.name: spec.default for spec in CORE_SETTINGS}
     points = [karma.karma_for(kind, s) for kind in karma.KINDS]
-    assert karma.KINDS == ("operative", "instructive", "contextual", "default", "decorative", "none")
+    assert karma.KINDS == (
+        "operative",
+        "instructive",
+        "contextual",
+        "default",
+        "decorative",
+        "none",
+    )
     assert points == sorted(points, reverse=True) and len(set(points)) == len(points)
     # and each kind follows its own setting
     assert karma.karma_for("operative", {**s, "operative_karma": 7}) == 7

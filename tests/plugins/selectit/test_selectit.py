@@ -225,14 +225,70 @@ def test_long_samples_are_cut_to_max_length_keeping_the_cue(home, backend, tmp_p
     backend.handler = lambda body: dist_reply({"4": 1.0})
     rows = [{"instruction": "Summarise.", "output": "word " * 2000}, *alpaca(1)]
     data = write_jsonl(tmp_path / "a.jsonl", rows)
-    r = run_cli(home, data, "-o", tmp_path / "s.jsonl", "--max-length", 64, "--concurrency", 1)
+    out = tmp_path / "s.jsonl"
+    r = run_cli(home, data, "-o", out, "--max-length", 64, "--concurrency", 1, "--details")
     assert r.exit_code == 0, r.stderr
-    assert "1 prompts were longer than max_length 64" in r.stderr
+    assert "1 sample shortened in the middle to fit max_length 64" in r.stderr
     long, short = (q.body["prompt"] for q in backend.requests)
-    assert re.search(r"\nResponse: (word ?)+\nThe answer is:$", long)
-    assert long.startswith(load_templates()[0])
+    assert re.search(r"\nResponse: (word ?)+ \[\.\.\.\] (word ?)+\nThe answer is:$", long)
+    assert long.startswith(load_templates()[0] + "\nInstruction: Summarise.\n")
     assert len(long.encode()) <= 64 * 4  # offline the daemon counts 4 bytes a token
     assert short.endswith("Response: Answer 1 done.\nThe answer is:")
+    cut, whole = read_jsonl(out)
+    assert cut["truncated"] is True and cut["removed_tokens"][0] > 2400
+    assert "truncated" not in whole and "removed_tokens" not in whole
+
+
+def test_a_long_instruction_never_pushes_out_the_response(home, backend, tmp_path):
+    """Issue 14: the prompt was cut from the end, so a long instruction pushed `Response:` out
+    and the sample was rated without its response, unflagged."""
+    backend.handler = lambda body: dist_reply({"4": 1.0})
+    rows = [{"id": 1, "instruction": "word " * 300, "output": "ok"}]
+    data = write_jsonl(tmp_path / "a.jsonl", rows)
+    out = tmp_path / "s.jsonl"
+    r = run_cli(home, data, "-o", out, "--max-length", 64, "--details")
+    assert r.exit_code == 0, r.stderr
+    (sent,) = (prompt_of(q.body) for q in backend.requests)
+    assert sent.startswith(load_templates()[0] + "\nInstruction: word word")
+    assert " [...] word " in sent  # the middle of the instruction is gone
+    assert sent.endswith("\nResponse: ok\nThe answer is:")
+    assert len(sent.encode()) <= 64 * 4  # the daemon's offline count: 4 bytes a token
+    (row,) = read_jsonl(out)
+    assert row["truncated"] is True and 300 < row["removed_tokens"][0] < 375
+    assert row["score"] == 4.0 and "skipped" not in row
+    assert "1 sample shortened in the middle to fit max_length 64 (" in r.stderr
+
+
+def test_a_sample_that_cannot_fit_is_skipped_at_3_and_counted(home, backend, tmp_path):
+    backend.handler = lambda body: dist_reply({"5": 1.0})
+    rp = tmp_path / "rp.txt"
+    rp.write_text("Rate it.\n" + "A very long rating prompt about many things. " * 8 + "\n")
+    rows = [{"id": "a", "instruction": "word " * 300, "output": "ok"}, *alpaca(1)]
+    data = write_jsonl(tmp_path / "a.jsonl", rows)
+    out = tmp_path / "s.jsonl"
+    r = run_cli(home, data, "-o", out, "--max-length", 40, "--k", 2, "--rp-file", rp)
+    assert r.exit_code == 0, r.stderr
+    skipped, fine = read_jsonl(out)
+    # the second template alone is longer than 40 tokens: no rating of either sample
+    assert (
+        skipped
+        == {
+            "id": "a",
+            "score": 3.0,
+            "skipped": skipped["skipped"],
+        }
+        and "more than max_length 40" in skipped["skipped"]
+    )
+    assert fine["score"] == 3.0 and "more than max_length 40" in fine["skipped"]
+    assert backend.requests == []
+    assert "2 samples could not fit max_length 40 even shortened, skipped and scored 3.0" in (
+        r.stderr
+    )
+    # a skipped sample is never selected as one of the best
+    best = tmp_path / "best.jsonl"
+    r = run_cli(home, data, "-o", out, "--max-length", 40, "--k", 2, "--rp-file", rp,
+                "--top", 1, "--select-out", best)  # fmt: skip
+    assert r.exit_code == 0 and read_jsonl(best) == []
 
 
 def test_absent_ratings_are_bounded_and_counted(home, backend, tmp_path):
@@ -261,7 +317,7 @@ def test_llama_cpp_shaped_completions_and_unrated_prompts(home, backend, tmp_pat
     r = run_cli(home, data, "-o", out, "--concurrency", 1)
     assert r.exit_code == 0, r.stderr
     assert [row["score"] for row in read_jsonl(out)] == [2.5, 3.0]
-    assert "warning: 1 prompts had no rating 1-5 among the top logprobs" in r.stderr
+    assert "warning: 1 prompt had no rating 1-5 among the top logprobs" in r.stderr
 
 
 def test_server_without_logprobs_is_a_clear_error(home, backend, tmp_path):
