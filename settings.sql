@@ -145,7 +145,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_cache', 'true');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_backend', 'openai');
 -- OpenAI backend endpoint: completions (raw prompt, base models) or chat (instruct models).
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_api', 'completions');
--- Model id for the openai backend (empty = openai_model) or a local model directory for transformers.
+-- Model id for the openai backend (empty = openai_model) or a local model for transformers (empty = meta-llama/Llama-3.1-8B).
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_model', '');
 -- Rating-prompt file, one template per line (empty = the built-in prompts).
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_rp_file', '');
@@ -153,7 +153,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_rp_file', '');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_k', '1');
 -- alpha: penalty on the standard deviation across the k prompts.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_alpha', '0.2');
--- Most prompt tokens; longer sample text is cut, the answer cue kept (openai backend: tokens counted the daemon's way).
+-- Most prompt tokens; a longer sample's instruction and response are shortened in the middle (openai backend: tokens counted the daemon's way).
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_max_length', '2048');
 -- Samples per forward pass (transformers backend).
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_batch_size', '8');

@@ -593,6 +593,57 @@ def test_yaml_keys_flags_over_file_over_settings(home, backend, tmp_path):
     assert r.exit_code == 0 and len(backend.chat_requests) == 3
 
 
+SPEC_YAML = """name: SelectitTokenScorer
+model: meta-llama/Llama-3.1-8B
+rp_file: scorers/SelectIT/rating_prompt.txt
+k: 1
+alpha: 0.2
+max_length: 2048
+batch_size: 8
+"""
+
+
+def test_the_specs_yaml_runs_unchanged(home, backend, tmp_path, monkeypatch, caplog):
+    """Issue 14: its rp_file does not exist here (the run stopped), its name was ignored."""
+    monkeypatch.chdir(tmp_path)  # no scorers/ directory here
+    cfg = tmp_path / "selectit.yaml"
+    cfg.write_text(SPEC_YAML)
+    data = write_jsonl(tmp_path / "alpaca.jsonl", alpaca(2))
+    backend.handler = lambda body: dist_reply({"4": 1.0})
+    r = run_cli(home, data, "--config", cfg)
+    assert r.exit_code == 0, r.stderr
+    said = [rec.getMessage() for rec in caplog.records if rec.name == "lmd.selectit"]
+    assert said == [
+        "selectit: scorers/SelectIT/rating_prompt.txt (the SelectIT spec's default rp_file) "
+        f"does not exist here; using the shipped rating prompts, {BUILTIN_FILE}."
+    ]
+    # the shipped first prompt, the YAML's model, and the name names the output
+    assert [prompt_of(q.body).split("\n")[0] for q in backend.requests] == [load_templates()[0]] * 2
+    assert {q.body["model"] for q in backend.requests} == {"meta-llama/Llama-3.1-8B"}
+    out = tmp_path / "alpaca.SelectitTokenScorer.jsonl"
+    assert read_jsonl(out) == [{"id": 1, "score": 4.0}, {"id": 2, "score": 4.0}]
+    assert r.stderr.startswith("selectit: SelectitTokenScorer: 2 samples, 2 scored now")
+    # where the file does exist (beside the YAML, as in the spec's repository) it is used
+    (tmp_path / "scorers" / "SelectIT").mkdir(parents=True)
+    (tmp_path / "scorers" / "SelectIT" / "rating_prompt.txt").write_text("My own prompt.\n")
+    backend.clear()
+    caplog.clear()
+    r = run_cli(home, data, "--config", cfg, "-o", tmp_path / "own.jsonl")
+    assert r.exit_code == 0, r.stderr
+    assert {prompt_of(q.body).split("\n")[0] for q in backend.requests} == {"My own prompt."}
+    assert not [rec for rec in caplog.records if rec.name == "lmd.selectit"]
+
+
+def test_a_name_that_is_no_file_name_still_names_the_output(home, backend, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: my scorer/v2\n")
+    data = write_jsonl(tmp_path / "d.json", alpaca(1))
+    backend.handler = lambda body: dist_reply({"2": 1.0})
+    r = run_cli(home, data, "--config", cfg)
+    assert r.exit_code == 0, r.stderr
+    assert read_jsonl(tmp_path / "d.my_scorer_v2.jsonl") == [{"id": 1, "score": 2.0}]
+
+
 @pytest.mark.parametrize(
     "text,message",
     [
