@@ -265,17 +265,10 @@ def register(cli: click.Group) -> None:
         """Ask MODEL every question it has not answered yet; resumable."""
         from .answers import answer_questions, merge
         from .backends import resolve
-        from .files import QA, read_qa, read_questions, read_table, write_qa
+        from .files import read_qa, read_question_source, write_qa
 
         settings = load_settings(home)
-        if str(questions_file).endswith(".json"):
-            given = read_qa(questions_file)
-        else:
-            table = read_table(questions_file)
-            given = read_qa(questions_file) if "question" in table.columns else None
-            if given is None:
-                given = QA(read_questions(questions_file), [], {})
-        qa = given
+        qa = given = read_question_source(questions_file, lambda said: click.echo(said, err=True))
         if output.exists() and output.resolve() != Path(questions_file).resolve():
             qa = merge(read_qa(output), given)
         endpoint = resolve(model, settings, models_file)
