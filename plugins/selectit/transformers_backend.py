@@ -11,6 +11,7 @@ import asyncio
 import sys
 import threading
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from daemon.errors import LmdError
@@ -81,14 +82,26 @@ def load_model(path: str, device: str = "auto") -> tuple[Any, Any]:
         raise LmdError(
             "The transformers backend needs torch and transformers: pip install 'lmd[local]'."
         ) from None
+    # Never from the network: a Hub id loads from the local cache or fails at once (online,
+    # a missing 16 GB model would start downloading; offline, the hub client retries for a
+    # minute before it gives up).
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
     except Exception as e:
-        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        if not Path(path).expanduser().exists():
+            reason = "no such directory, and not in the Hugging Face cache"
+            hint = (
+                ""
+                if path.startswith(("/", ".", "~"))
+                else (f", or download it first (huggingface-cli download {path})")
+            )
+        else:
+            reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            hint = ""
         raise LmdError(
             f"I could not load the model {path!r} ({reason}); give a local model directory "
-            "with --model."
+            f"with --model{hint}."
         ) from None
     model.to(pick_device(device))
     model.eval()

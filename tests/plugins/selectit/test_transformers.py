@@ -235,8 +235,11 @@ def test_model_load_failure_is_one_clear_sentence(home, tmp_path):
     # no model given: the SelectIT spec's default, which cannot be loaded offline
     r = run_cli(home, data, "--backend", "transformers")
     assert r.exit_code == 1 and r.stderr.count("\n") == 1
-    assert r.stderr.startswith("I could not load the model 'meta-llama/Llama-3.1-8B' (")
-    assert r.stderr.endswith("give a local model directory with --model.\n")
+    assert r.stderr == (
+        "I could not load the model 'meta-llama/Llama-3.1-8B' (no such directory, and not in "
+        "the Hugging Face cache); give a local model directory with --model, or download it "
+        "first (huggingface-cli download meta-llama/Llama-3.1-8B).\n"
+    )
 
 
 def test_fallback_model_only_when_asked(home, backend, tmp_path, bpe_tok):
