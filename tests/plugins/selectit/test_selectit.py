@@ -740,6 +740,24 @@ def test_route_gives_the_cli_numbers(home, backend, client, tmp_path):
     assert r.json()["token_scores"] == [expected_task_score(1)]
 
 
+def test_route_shortens_long_samples_and_skips_what_cannot_fit(make_client, backend):
+    backend.handler = lambda body: dist_reply({"4": 1.0})
+    client = make_client(selectit_max_length=64)
+    long = {"id": 1, "instruction": "word " * 300, "output": "ok"}
+    r = client.post("/selectit", json={"records": [long], "details": True})
+    assert r.status_code == 200, r.text
+    (result,) = r.json()["results"]
+    assert result["truncated"] is True and result["removed_tokens"][0] > 300
+    assert prompt_of(backend.requests[0].body).endswith("\nResponse: ok\nThe answer is:")
+    backend.clear()
+    client = make_client(selectit_max_length=16)  # the rating prompt alone is longer
+    r = client.post("/selectit", json=[long, *alpaca(1)])
+    body = r.json()
+    assert body["skipped"] == 2 and body["count"] == 2 and backend.requests == []
+    assert [x["score"] for x in body["results"]] == [3.0, 3.0]
+    assert all("more than max_length 16" in x["skipped"] for x in body["results"])
+
+
 @pytest.mark.parametrize(
     "body,message",
     [
