@@ -238,6 +238,32 @@ def test_long_samples_are_cut_to_max_length_keeping_the_cue(home, backend, tmp_p
     assert "truncated" not in whole and "removed_tokens" not in whole
 
 
+@given(
+    instruction=st.text(min_size=1, max_size=3000),
+    response=st.text(min_size=1, max_size=3000),
+    input=st.text(max_size=500),
+    max_length=st.integers(16, 600),
+)
+def test_fitting_keeps_the_frame_or_refuses(instruction, response, input, max_length):
+    """Whatever the texts: the fitted prompt is within max_length and keeps the template, the
+    labels and the answer cue, or the sample is refused (never cut from the end)."""
+    from plugins.selectit.openai_backend import DaemonTokens
+    from plugins.selectit.prompts import TooLong, fit
+
+    tokens = DaemonTokens("estimate-only")  # the tests run with LMD_TOKENIZER=estimate
+    prompt = build_prompt("Rate it from 1 to 5.", instruction, response, input)
+    try:
+        fitted = fit(prompt, max_length, tokens)
+    except TooLong as e:
+        assert f"more than max_length {max_length}" in e.message
+        return
+    assert tokens.count(fitted.text) <= max_length
+    assert fitted.text.startswith("Rate it from 1 to 5.\nInstruction: ")
+    assert "\nResponse: " in fitted.text and fitted.text.endswith("\nThe answer is:")
+    assert ("\nInput: " in fitted.text) == bool(input)
+    assert (fitted.removed > 0) == (fitted is not prompt)
+
+
 def test_a_long_instruction_never_pushes_out_the_response(home, backend, tmp_path):
     """Issue 14: the prompt was cut from the end, so a long instruction pushed `Response:` out
     and the sample was rated without its response, unflagged."""
