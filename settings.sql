@@ -199,3 +199,9 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('speak_plain_replies', 'fal
 -- == reliability ==
 -- Seconds a request body may take to arrive; slower senders (slowloris) get 408 and lose the connection.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('body_read_timeout_secs', '30.0');
+
+
+
+-- == surface ==
+-- Web origins besides the daemon's own whose pages may call lmd (protected: CLI or token only).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('allowed_origins', '[]');

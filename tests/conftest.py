@@ -21,7 +21,16 @@ from fake_backend import FakeBackend, Reply  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 
-__all__ = ["Reply", "FakeBackend", "configure", "free_port", "LiveDaemon", "SHARED", "ROOT"]
+__all__ = [
+    "Reply",
+    "FakeBackend",
+    "configure",
+    "free_port",
+    "LiveDaemon",
+    "SHARED",
+    "ROOT",
+    "IN_PROCESS",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -85,12 +94,15 @@ def make_client(home: Path):
 
     clients = []
 
-    def make(pm=None, token: str | None = None, **settings: object) -> TestClient:
+    def make(
+        pm=None, token: str | None = None, peer: bool = True, **settings: object
+    ) -> TestClient:
+        """`peer`: the in-process client counts as the daemon's own user (as the kernel says
+        of the owner's processes on a live daemon); False lets only the token in."""
         if settings:
             configure(home, **settings)
-        client = TestClient(
-            create_app(home=home, pm=pm, token=token), base_url="http://127.0.0.1:8420"
-        )
+        app = create_app(home=home, pm=pm, token=token, peer_check=IN_PROCESS if peer else None)
+        client = TestClient(app, base_url="http://127.0.0.1:8420")
         client.__enter__()
         clients.append(client)
         return client
@@ -103,6 +115,11 @@ def make_client(home: Path):
 @pytest.fixture
 def client(make_client):
     return make_client()
+
+
+def IN_PROCESS(scope: dict) -> bool:  # noqa: N802
+    """The peer check for in-process clients: they are the owner (there is no socket)."""
+    return True
 
 
 def free_port() -> int:

@@ -84,6 +84,7 @@ SETTINGS = [
         DEFAULTS.model,
         "str",
         "Model id (openai backend; empty = openai_model) or local path (transformers).",
+        protected=True,  # a path the daemon loads: only the CLI or the token may set it
     ),
     Setting(
         "selectit_rp_file",
@@ -136,6 +137,7 @@ SETTINGS = [
         DEFAULTS.fallback_model,
         "str",
         "Local model to load, with a warning, when the model fails to (empty = stop instead).",
+        protected=True,  # a path the daemon loads: only the CLI or the token may set it
     ),
 ]
 
