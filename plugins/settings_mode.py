@@ -18,7 +18,6 @@ import json
 import re
 from collections.abc import AsyncIterator
 
-from daemon.core import check_setting
 from daemon.errors import LmdError
 from daemon.guard import token_presented
 from daemon.hookspecs import hookimpl
@@ -178,6 +177,8 @@ def handle(ctx: Context) -> str:
         name, raw = _split_name_value(rest, settings)
         spec = settings.spec(name)
         refuse_if_protected(spec, token_presented())
+        from daemon.core import check_setting  # here: `lmd --help` must not import asyncio
+
         try:
             value = typed_value(raw, spec)
             check_setting(ctx.daemon.registry, name, value)

@@ -160,21 +160,26 @@ def test_live_daemon_route_and_LM_SCORE(live, backend, home):  # noqa: N802
     assert out.exit_code == 1 and "The question is empty" in out.stderr
 
 
-def test_original_env_keys_send_scoring_to_a_separate_backend(make_client, backend, monkeypatch):
+def test_lmd_env_names_send_scoring_to_a_separate_backend(make_client, backend, monkeypatch):
+    """The daemon reads no .env and ignores generic names (SERVER_URL, MODEL, API_TOKEN ...):
+    LMD_LM_SCORE_* choose another scoring backend, which gets OPENAI_API_KEY as configured."""
     from conftest import FakeBackend
 
-    with FakeBackend() as scoring:
+    with FakeBackend() as scoring, FakeBackend() as generic:
         scoring.queue("9")
-        monkeypatch.setenv("SERVER_URL", scoring.url)
-        monkeypatch.setenv("API_TOKEN", "sk-scoring")
-        monkeypatch.setenv("MODEL", "qwen3-scorer")
-        monkeypatch.setenv("THINKING", "f")
+        monkeypatch.setenv("SERVER_URL", generic.url)  # ignored
+        monkeypatch.setenv("API_TOKEN", "sk-generic")  # ignored
+        monkeypatch.setenv("MODEL", "generic-model")  # ignored
+        monkeypatch.setenv("LMD_LM_SCORE_ENDPOINT", scoring.url)
+        monkeypatch.setenv("LMD_LM_SCORE_MODEL", "qwen3-scorer")
+        monkeypatch.setenv("LMD_LM_SCORE_THINKING", "f")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-configured")
         client = make_client()
         r = client.post("/lm_score", json=INVOICE)
         assert r.status_code == 200 and r.json()["score"] == 9
         assert r.json()["model"] == "qwen3-scorer"
         [sent] = scoring.requests
         headers = {k.lower(): v for k, v in sent.headers.items()}
-        assert headers["authorization"] == "Bearer sk-scoring"
+        assert headers["authorization"] == "Bearer sk-configured"
         assert sent.body["model"] == "qwen3-scorer" and sent.body["continue_final_message"]
-        assert backend.requests == []  # the daemon's own backend was not used
+        assert backend.requests == [] and generic.requests == []
