@@ -13,14 +13,13 @@ import tempfile
 import time
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent.parent / "tests"
-sys.path.insert(0, str(TESTS))
-sys.path.insert(0, str(TESTS.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the tests package: the stand-in backend and the harness
 os.environ.setdefault("LMD_TOKENIZER", "estimate")
 
-from cobol_helpers import FIX_ADD, make_repo  # noqa: E402
-from conftest import configure  # noqa: E402
-from fake_backend import FakeBackend, Reply  # noqa: E402
+from tests.daemons import configure  # noqa: E402
+from tests.fake_backend import FakeBackend, Reply  # noqa: E402
+from tests.plugins.cobol.conftest import FIX_ADD, make_repo  # noqa: E402
 
 
 def timed(fn, rounds: int) -> list[float]:

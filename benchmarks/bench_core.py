@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from conftest import LiveDaemon, configure  # noqa: E402
-from fake_backend import FakeBackend  # noqa: E402
+from tests.daemons import LiveDaemon, configure  # noqa: E402
+from tests.fake_backend import FakeBackend  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 

@@ -20,7 +20,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 ARENA = ROOT.parent / "shared" / "data" / "arena" / "arena_2023_english_singleturn_battles.csv"
 
 import numpy as np  # noqa: E402

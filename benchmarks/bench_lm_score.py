@@ -23,14 +23,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from fake_backend import FakeBackend, Reply  # noqa: E402
 
 from plugins.lm_score.cache import ScoreCache, m001_cache  # noqa: E402
 from plugins.lm_score.config import ScoreConfig  # noqa: E402
 from plugins.lm_score.scorer import Scorer  # noqa: E402
 from plugins.lm_score.sql import SqlScorer  # noqa: E402
+from tests.fake_backend import FakeBackend, Reply  # noqa: E402
 
 COMPANY_DB = ROOT.parent / "shared" / "data" / "lm_score" / "company.db"
 # The six questions of the original benchmark (../shared/data/README.md), 5 rows each.
@@ -124,12 +122,12 @@ class BackendProcess:
 
         code = (
             "import sys; sys.path.insert(0, sys.argv[1]);"
-            "from fake_backend import FakeBackend, Reply;"
+            "from tests.fake_backend import FakeBackend, Reply;"
             "b = FakeBackend().start(); b.latency = float(sys.argv[2]);"
             "b.default = Reply(sys.argv[3]); print(b.url, flush=True); sys.stdin.read()"
         )
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, str(ROOT / "tests"), str(latency), reply],
+            [sys.executable, "-c", code, str(ROOT), str(latency), reply],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

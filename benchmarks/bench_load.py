@@ -22,12 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent.parent / "tests"
-sys.path.insert(0, str(TESTS))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the tests package: the stand-in backend and the harness
 
-from conftest import LiveDaemon, configure  # noqa: E402
-from fake_backend import FakeBackend  # noqa: E402
-from reliability_helpers import (  # noqa: E402
+from tests.daemons import LiveDaemon, configure  # noqa: E402
+from tests.fake_backend import FakeBackend  # noqa: E402
+from tests.system.load import (  # noqa: E402
     BackgroundLoad,
     LoadResult,
     audit,

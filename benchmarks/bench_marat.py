@@ -25,10 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("LMD_TOKENIZER", "estimate")
 
-from fake_backend import FakeBackend  # noqa: E402
+from tests.fake_backend import FakeBackend  # noqa: E402
 
 
 def action(command: str) -> str:
@@ -55,12 +54,11 @@ class Timer:
 
 
 async def bench_loop(iterations: int, requests: int) -> dict:
-    from conftest import configure
-
     import plugins.marat.execute as execute_module
     from daemon.core import Daemon
     from daemon.llm import LLM
     from daemon.turn import Outcome, run_turn
+    from tests.daemons import configure
 
     backend = FakeBackend().start()
     work = tempfile.mkdtemp(prefix="bench-marat-")

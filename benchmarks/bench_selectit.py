@@ -22,14 +22,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = ROOT / "tests"
-sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(ROOT))
 
 SERVER = """
 import sys, time, math
-sys.path.insert(0, {tests!r})
-from fake_backend import FakeBackend, Reply
+sys.path.insert(0, {root!r})
+from tests.fake_backend import FakeBackend, Reply
 b = FakeBackend()
 b.latency = {latency}
 top = [("4", math.log(0.6)), (" 5", math.log(0.4))]
@@ -41,7 +39,7 @@ sys.stdin.read()
 
 
 def start_server(latency: float) -> tuple[subprocess.Popen, str]:
-    code = SERVER.format(tests=str(TESTS), latency=latency)
+    code = SERVER.format(root=str(ROOT), latency=latency)
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
@@ -122,10 +120,10 @@ def bench_b(samples: int, k: int, batch_size: int) -> None:
     import random
 
     import torch
-    from selectit_tiny import llama, sentencepiece_like_tokenizer
 
     from plugins.selectit.prompts import build_prompt, load_templates
     from plugins.selectit.transformers_backend import TransformersRater
+    from tests.plugins.selectit.tiny_models import llama, sentencepiece_like_tokenizer
 
     torch.set_num_threads(1)
     tok = sentencepiece_like_tokenizer()

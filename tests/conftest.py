@@ -1,36 +1,19 @@
-"""Shared fixtures: the fake backend, a configured home, the in-process app, a live daemon."""
+"""Shared fixtures: the fake backend, a configured home, the in-process app, live daemons.
+
+Plain helpers (configure, LiveDaemon, free_port, ROOT, SHARED) live in tests/daemons.py;
+each area (tests/core, tests/system, tests/plugins/<name>) adds its own conftest.py.
+"""
 
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from fake_backend import FakeBackend, Reply  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
-
-__all__ = [
-    "Reply",
-    "FakeBackend",
-    "configure",
-    "free_port",
-    "LiveDaemon",
-    "SHARED",
-    "ROOT",
-    "IN_PROCESS",
-]
+from tests.daemons import IN_PROCESS, LiveDaemon, configure
+from tests.fake_backend import FakeBackend
 
 
 @pytest.fixture(autouse=True)
@@ -54,21 +37,6 @@ def backend() -> Iterator[FakeBackend]:
     b = FakeBackend().start()
     yield b
     b.stop()
-
-
-def configure(home: Path, **settings: object) -> None:
-    """Write settings into home's database, validated like `lmd settings set`."""
-    from daemon.core import collect
-    from daemon.plugins import get_plugin_manager
-    from daemon.store import Store
-
-    registry = collect(get_plugin_manager())
-    store = Store(Path(home) / "lmd.db")
-    store.migrate(registry.migrations)
-    for name, value in settings.items():
-        spec = registry.specs[name]
-        store.set_setting(name, spec.dump(spec.parse(value)))
-    store.close()
 
 
 @pytest.fixture
@@ -115,74 +83,6 @@ def make_client(home: Path):
 @pytest.fixture
 def client(make_client):
     return make_client()
-
-
-def IN_PROCESS(scope: dict) -> bool:  # noqa: N802
-    """The peer check for in-process clients: they are the owner (there is no socket)."""
-    return True
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LiveDaemon:
-    """A real `lmd serve` process on a free port."""
-
-    def __init__(self, home: Path, env: dict | None = None, args: list[str] | None = None):
-        self.home = home
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        full_env = {**os.environ, **(env or {})}
-        self.log = open(home.parent / f"lmd-serve-{self.port}.log", "w+b")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daemon.cli",
-                "serve",
-                "--bind",
-                f"127.0.0.1:{self.port}",
-                "--home",
-                str(home),
-                *(args or []),
-            ],
-            env=full_env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-        self.wait_ready()
-
-    def wait_ready(self, timeout: float = 20.0) -> None:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"lmd serve exited early:\n{self.output()}")
-            try:
-                with urllib.request.urlopen(self.url + "/healthz", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"lmd serve did not become ready:\n{self.output()}")
-
-    def output(self) -> str:
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read().decode("utf-8", "replace")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
 
 
 @pytest.fixture

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import openai
 import pytest
-from conftest import ROOT, free_port
 
 from daemon import peer
 from daemon.guard import NEEDS_OWNER
+from tests.daemons import ROOT, free_port
 
 LMD = str(Path(sys.executable).parent / "lmd")
 pytestmark = pytest.mark.skipif(not peer.supported(), reason="peer lookups are Linux only")
@@ -109,9 +109,8 @@ def as_user(user, argv: list[str], **kw) -> subprocess.CompletedProcess:
 
 def every_route(home: Path) -> list[tuple[str, str]]:
     """(method, concrete path) of every route the daemon serves, from the app itself."""
-    from conftest import IN_PROCESS
-
     from daemon.app import create_app
+    from tests.daemons import IN_PROCESS
 
     app = create_app(home=home, peer_check=IN_PROCESS)
     found = []

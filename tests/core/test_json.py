@@ -12,12 +12,12 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon.app import MAX_INT_DIGITS, parse_json
 from daemon.errors import LmdError
+from tests.daemons import ROOT
 
 CT = {"Content-Type": "application/json", "Accept": "application/json"}
 

@@ -11,10 +11,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, free_port
 
 from daemon.home import TOKEN_SHAPE
 from daemon.paths import write_atomic
+from tests.daemons import ROOT, free_port
 
 
 def mode(path) -> int:

@@ -11,11 +11,11 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
 from hypothesis import given
 from hypothesis import strategies as st
 
 from daemon.terminal import clean, clean_json_text
+from tests.daemons import ROOT
 
 EVIL = (
     "Done.\x1b]52;c;cm0gLXJmIH4K\x07 Title\x1b]0;pwned\x1b\\ red \x1b[31mtext\x1b[0m"

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import free_port
+from tests.daemons import free_port
 
 LMD = str(Path(sys.executable).parent / "lmd")
 

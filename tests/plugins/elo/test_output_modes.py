@@ -3,12 +3,12 @@ HTML report included, because the atomic write went through tempfile.mkstemp).""
 
 from __future__ import annotations
 
-import csv
 import os
 import stat
 
 import pytest
-from elo_helpers import lmd
+
+from .conftest import lmd, write_csv
 
 COMMANDS = {
     "leaderboard": ["elo", "leaderboard", "{battles}", "-o", "{out}"],
@@ -17,12 +17,6 @@ COMMANDS = {
     "arrange": ["elo", "arrange", "{qa}", "-o", "{out}"],
     "convert": ["elo", "convert", "{qa}", "{out}"],
 }
-
-
-def write_csv(path, header, rows):
-    with open(path, "w", newline="") as f:
-        csv.writer(f).writerows([header, *rows])
-    return path
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

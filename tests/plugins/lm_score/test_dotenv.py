@@ -16,7 +16,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, FakeBackend, free_port
+
+from tests.daemons import ROOT, free_port
+from tests.fake_backend import FakeBackend
 
 SENTINEL = "sk-SENTINEL-dotenv-3c5e7a9b1d"
 GENERIC = {"SERVER_URL": "", "MODEL": "env-model", "ENSEMBLE": "t", "THINKING": "f"}

@@ -11,7 +11,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+
+from tests.daemons import ROOT
 
 TOKEN = "paths-token-0123456789"
 PATH_SETTINGS = [

@@ -1,0 +1,103 @@
+"""The CLI: `lmd say` against a real daemon, history, and a light client path."""
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.daemons import ROOT
+
+HEAVY = ("openai", "tiktoken", "numpy", "starlette", "hypercorn", "httpx")
+
+
+def lmd(*args, input=None, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "daemon.cli", *args],
+        capture_output=True,
+        text=True,
+        input=input,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_say_prints_the_reply_and_sends_the_utterance(live, backend):
+    d = live()
+    backend.queue("It is blue because of scattering.")
+    r = lmd("say", "dali", "why", "is", "the", "sky", "blue?", "--url", d.url)
+    assert r.returncode == 0 and r.stdout == "It is blue because of scattering.\n"
+    assert backend.chat_requests[-1]["messages"][-1] == {
+        "role": "user",
+        "content": "why is the sky blue?",
+    }
+
+
+def test_say_reads_stdin_and_uses_session_and_json(live, backend):
+    d = live()
+    backend.queue("first", "You asked: what did I just ask you?")
+    lmd("say", "--session", "kitchen", input="dali remember the milk\n", env={"LMD_URL": d.url})
+    r = lmd(
+        "say", "--json", "-s", "kitchen", "dali", "what did I just ask you?", env={"LMD_URL": d.url}
+    )
+    data = json.loads(r.stdout)
+    assert data["session"] == "kitchen" and data["mode"] == "dali"
+    assert data["reply"] == "You asked: what did I just ask you?"
+    msgs = backend.chat_requests[-1]["messages"]
+    assert msgs[0] == {"role": "user", "content": "remember the milk"}
+    assert len(msgs) == 3
+
+
+def test_say_fails_with_the_error_sentence(live, backend):
+    d = live()
+    backend.queue(backend.default.__class__(status=500))
+    r = lmd("say", "dali", "hi", "--url", d.url)
+    assert r.returncode == 1 and "failed with HTTP 500" in r.stderr and r.stdout == ""
+    r = lmd("say", "hi", "--url", "http://127.0.0.1:9")
+    assert r.returncode == 1 and "could not reach lmd" in r.stderr and "lmd serve" in r.stderr
+    r = lmd("say", input="  \n")
+    assert r.returncode == 1 and "Nothing to say" in r.stderr
+
+
+def test_history_shows_karma_and_score(live, backend, home):
+    d = live()
+    backend.queue("answer one")
+    lmd("say", "dali", "question one", "--url", d.url)
+    r = lmd("history", "--limit", "5", "--home", str(home))
+    assert r.returncode == 0
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 2 and "question one" in lines[0] and "karma" in lines[0]
+    rows = json.loads(lmd("history", "--json", "--home", str(home)).stdout)
+    assert rows[0]["content"] == "question one" and rows[0]["karma"] == 1000
+    # seconds old, so only the age factor 1/(300 t) discounts the newest; the older one is
+    # also one prompt away (1/3)
+    assert 0 < rows[0]["score"] < rows[1]["score"] <= 10.0 * 1000
+    r = lmd("history", "promote", str(rows[0]["id"]), "--home", str(home))
+    assert r.returncode == 0 and "operative" in r.stdout
+    assert lmd("history", "promote", "9999", "--home", str(home)).returncode == 1
+
+
+def modules_after(args: list[str]) -> set[str]:
+    code = (
+        "import sys\nfrom daemon.cli import cli\n"
+        f"try:\n    cli.main({args!r})\nexcept SystemExit:\n    pass\n"
+        f"print(','.join(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, input=""
+    )
+    assert r.returncode == 0, r.stderr
+    return {m for m in r.stderr.rstrip("\n").split("\n")[-1].split(",") if m}
+
+
+def test_help_and_say_import_nothing_heavy(live):
+    d = live()
+    assert modules_after(["--help"]) == set()
+    assert modules_after(["say", "--url", d.url, "hello"]) == set()
+    code = f"import sys, daemon.client; print([m for m in {HEAVY!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+
+
+def test_version():
+    r = lmd("--version")
+    assert r.returncode == 0 and "0.1.0" in r.stdout

@@ -1,0 +1,41 @@
+"""The two path rules: outputs never clobber a file; HTTP-given paths stay inside LMD_HOME."""
+
+from __future__ import annotations
+
+import pytest
+
+from daemon.errors import LmdError
+from daemon.paths import allowed_http_path, refuse_overwrite
+
+
+def test_refuse_overwrite_rules(tmp_path):
+    f = tmp_path / "x.csv"
+    refuse_overwrite(f, False)  # missing: fine
+    f.write_text("")
+    refuse_overwrite(f, False)  # empty: nothing to lose
+    f.write_text("data")
+    with pytest.raises(LmdError, match=r"x.csv already exists .* add --force"):
+        refuse_overwrite(f, False)
+    refuse_overwrite(f, True)
+    refuse_overwrite("-", False)
+
+
+def test_allowed_http_path_rules(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "rp.txt").write_text("x")
+    outside = tmp_path / "secret.txt"
+    outside.write_text("secret")
+    (home / "link.txt").symlink_to(outside)
+    assert allowed_http_path("rp.txt", home) == (home / "rp.txt").resolve()
+    assert allowed_http_path(str(home / "rp.txt"), home) == (home / "rp.txt").resolve()
+    from plugins.selectit.prompts import BUILTIN_FILE
+
+    assert allowed_http_path(str(BUILTIN_FILE), home) == BUILTIN_FILE.resolve()  # our own file
+    for bad in ["../secret.txt", str(outside), "link.txt", "/etc/passwd", "sub/../../secret.txt"]:
+        with pytest.raises(LmdError) as e:
+            allowed_http_path(bad, home, "rp_file")
+        assert e.value.status == 403 and "inside the daemon's home" in e.value.message
+    with pytest.raises(LmdError) as e:
+        allowed_http_path("a\x00b", home)
+    assert e.value.status == 400

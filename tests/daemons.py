@@ -1,0 +1,225 @@
+"""The harness every test area (and the benchmarks) shares: configure a home, run a real
+`lmd serve` on a free port, install throwaway plugins, watch processes."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import types
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"  # the workplace's real data; absent in a user's checkout
+
+
+def configure(home: Path, **settings: object) -> None:
+    """Write settings into home's database, validated like `lmd settings set`."""
+    from daemon.core import collect
+    from daemon.plugins import get_plugin_manager
+    from daemon.store import Store
+
+    registry = collect(get_plugin_manager())
+    store = Store(Path(home) / "lmd.db")
+    store.migrate(registry.migrations)
+    for name, value in settings.items():
+        spec = registry.specs[name]
+        store.set_setting(name, spec.dump(spec.parse(value)))
+    store.close()
+
+
+def IN_PROCESS(scope: dict) -> bool:  # noqa: N802
+    """The peer check for in-process apps: their clients are the owner (there is no socket)."""
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveDaemon:
+    """A real `lmd serve` process on a free port."""
+
+    def __init__(self, home: Path, env: dict | None = None, args: list[str] | None = None):
+        self.home = home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        full_env = {**os.environ, **(env or {})}
+        self.log = open(home.parent / f"lmd-serve-{self.port}.log", "w+b")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "daemon.cli",
+                "serve",
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                "--home",
+                str(home),
+                *(args or []),
+            ],
+            env=full_env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"lmd serve exited early:\n{self.output()}")
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"lmd serve did not become ready:\n{self.output()}")
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read().decode("utf-8", "replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def say(url: str, session: str, text: str, timeout: float = 30.0) -> tuple[int, str, str]:
+    """POST one utterance; (status, reply or error sentence, error kind)."""
+    req = urllib.request.Request(
+        url + "/v1",
+        data=text.encode(),
+        headers={"X-Session": session, "Accept": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())["reply"], ""
+    except urllib.error.HTTPError as e:
+        body = e.read().decode("utf-8", "replace")
+        try:
+            kind = json.loads(body).get("kind", "error")
+        except ValueError:
+            kind = "unreadable"
+        return e.code, body, f"http_{e.code}_{kind}"
+    except (OSError, ValueError, http.client.HTTPException) as e:  # refused, reset, cut
+        return 0, str(e), "connection"
+
+
+# -- throwaway plugins
+SAMPLE_PLUGIN = ROOT / "tests" / "sample_plugin"  # a complete third-party plugin
+
+
+def echo_plugin_manager():
+    """The built-in plugins plus the sample plugin, registered in-process."""
+    import importlib.util
+
+    from daemon.plugins import load_plugins
+
+    spec = importlib.util.spec_from_file_location("lmd_echo", SAMPLE_PLUGIN / "lmd_echo.py")
+    lmd_echo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lmd_echo)
+    pm = load_plugins()
+    pm.register(lmd_echo, name="echo")
+    return pm
+
+
+def install_sample(site: Path) -> None:
+    """Install the sample plugin the way pip would: a module plus a dist-info entry point."""
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "lmd_echo.py").write_text((SAMPLE_PLUGIN / "lmd_echo.py").read_text())
+    info = site / "lmd_echo-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lmd-echo\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[lmd]\necho = lmd_echo\n")
+
+
+def plugin_module(name: str, source: str) -> types.ModuleType:
+    """An in-process plugin module from source (register it with pm.register(module))."""
+    module = types.ModuleType(name)
+    exec(compile(textwrap.dedent(source), f"<{name}>", "exec"), module.__dict__)
+    return module
+
+
+def install_plugin(site: Path, module: str, source: str, entry: str | None = None) -> None:
+    """Install `module` as a distribution in `site` (put it on PYTHONPATH for `lmd serve`)."""
+    site.mkdir(parents=True, exist_ok=True)
+    (site / f"{module}.py").write_text(textwrap.dedent(source))
+    dist = site / f"{module}-0.0.1.dist-info"
+    dist.mkdir(exist_ok=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.0.1\n")
+    (dist / "entry_points.txt").write_text(f"[lmd]\n{entry or module} = {module}\n")
+
+
+# A mode that runs its words as a bash command through daemon.runner (as marat will).
+COMMAND_MODE = """
+from daemon.hookspecs import hookimpl
+from daemon.modes import Mode
+
+
+async def respond(ctx):
+    from daemon.runner import run_command
+
+    result = await run_command(ctx.text, ctx.session.cwd or "/", 60, 2000)
+    yield result.describe()
+
+
+@hookimpl
+def register_modes(register):
+    register(Mode("runcmd", respond, description="Run the words as a command (test only)."))
+"""
+
+
+def plugin_env(site: Path) -> dict:
+    """Environment for a live daemon that sees the plugin installed in `site`."""
+    path = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
+    return {"PYTHONPATH": path}
+
+
+# -- processes ------------------------------------------------------------------------------------
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group still exists (zombies count as gone)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # killpg succeeds while zombies remain; look for a live member.
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

@@ -1,0 +1,92 @@
+"""The /elo page in a real browser: headless Chromium renders it without console errors.
+
+Debian's `chromium` package is installed when missing (the test skips, saying why, when
+that is impossible). A screenshot is saved as tests/artifacts/elo_page.png.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.daemons import ROOT
+
+from .conftest import lmd
+
+HERE = Path(__file__).parent
+SMALL = HERE / "data" / "elo_small_battles.csv"
+ARTIFACTS = ROOT / "tests" / "artifacts"  # screenshots, ignored by git
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--v=0",
+]
+CONSOLE = re.compile(r"CONSOLE|Uncaught", re.I)
+
+
+def find_chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.skip("chromium is not installed and cannot be installed here (needs root + apt)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+        if done.returncode != 0:
+            pytest.skip(
+                f"could not install chromium ({' '.join(cmd)} failed): {done.stderr[-300:]}"
+            )
+    return shutil.which("chromium") or pytest.skip("chromium installed but not on PATH")
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    return find_chromium()
+
+
+def browse(chromium: str, url: str, tmp: Path, *extra: str) -> tuple[str, list[str]]:
+    """(stdout, console lines) of one headless run."""
+    done = subprocess.run(
+        [chromium, *FLAGS, f"--user-data-dir={tmp / 'profile'}", *extra, url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return done.stdout, [line for line in done.stderr.splitlines() if CONSOLE.search(line)]
+
+
+def test_the_console_check_catches_errors(chromium, tmp_path):
+    bad = tmp_path / "bad.html"
+    bad.write_text("<html><body><script>notDefined();</script></body></html>")
+    _, console = browse(chromium, bad.as_uri(), tmp_path, "--dump-dom")
+    assert any("Uncaught ReferenceError" in line for line in console)
+
+
+def test_elo_page_renders_in_chromium(chromium, home, live, tmp_path):
+    assert "Imported 400 battles." in lmd(home, "elo", "import", str(SMALL)).stdout
+    daemon = live()
+    url = daemon.url + "/elo?bootstrap=200"
+    dom, console = browse(chromium, url, tmp_path, "--dump-dom")
+    assert console == []
+    assert 'data-elo-ready="6"' in dom  # the page's script ran over a 6-row leaderboard
+    assert dom.count("<svg") == 6 and "gpt-4-turbo" in dom  # 2 plots need questions
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "elo_page.png"
+    shot.unlink(missing_ok=True)
+    _, console = browse(chromium, url, tmp_path, f"--screenshot={shot}", "--window-size=1200,3000")
+    assert console == []
+    assert shot.exists() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.stat().st_size > 20_000  # a real picture, not a blank page

@@ -1,0 +1,91 @@
+"""SelectIT outputs never clobber a file; its HTTP paths stay inside the daemon's home."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import alpaca, dist_reply, prompt_of, run_cli, write_jsonl
+
+
+def selectit_backend(backend):
+    backend.handler = lambda body: dist_reply({"4": 1.0})
+
+
+def test_selectit_select_out_refuses_to_overwrite(tmp_path, home, backend):
+    selectit_backend(backend)
+    data = write_jsonl(tmp_path / "a.jsonl", alpaca(4))
+    best = tmp_path / "best.jsonl"
+    best.write_text('{"someone": "else"}\n')
+    r = run_cli(home, data, "--top", 0.5, "--select-out", best)
+    assert r.exit_code == 1 and "best.jsonl already exists" in r.stderr
+    assert best.read_text() == '{"someone": "else"}\n'
+    assert not backend.requests  # refused before any scoring
+    r = run_cli(home, data, "--top", 0.5, "--select-out", best, "--force")
+    assert r.exit_code == 0, r.stderr
+    assert len(best.read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b'[{"instruction": "a", "output": "b"}]', b"hello", b"line one\nline two"],
+    ids=["json-array-no-newline", "text-no-newline", "two-lines-no-newline"],
+)
+def test_selectit_output_that_is_not_ours_is_left_whole(tmp_path, home, backend, content):
+    """Regression: resuming cut a 'torn last line' off ANY file given as -o before checking
+    that it was a scores file, destroying e.g. another dataset saved without a newline."""
+    selectit_backend(backend)
+    data = write_jsonl(tmp_path / "a.jsonl", alpaca(2))
+    other = tmp_path / "other.json"
+    other.write_bytes(content)
+    r = run_cli(home, data, "-o", other)
+    assert r.exit_code == 1, r.output
+    assert "is not a scores file" in r.stderr or "is not a score record" in r.stderr
+    assert other.read_bytes() == content
+    assert not backend.requests
+
+
+def test_selectit_resume_still_cuts_its_own_torn_line(tmp_path, home, backend):
+    selectit_backend(backend)
+    data = write_jsonl(tmp_path / "a.jsonl", alpaca(3))
+    out = tmp_path / "s.jsonl"
+    assert run_cli(home, data, "-o", out).exit_code == 0
+    whole = out.read_text().splitlines()
+    out.write_text(whole[0] + "\n" + whole[1][:7])  # a crash mid-write of line 2
+    backend.clear()
+    assert run_cli(home, data, "-o", out).exit_code == 0
+    assert out.read_text().splitlines() == whole
+    assert len(backend.requests) == 2  # samples 2 and 3 scored again, 1 kept
+
+
+def test_selectit_route_rp_file_cannot_escape_home(make_client, home, backend, tmp_path):
+    backend.handler = lambda body: dist_reply({"4": 1.0} if "Inside" in prompt_of(body) else {})
+    client = make_client()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP SECRET prompt line\n")
+    (home / "rp.txt").write_text("Inside judge.\n")
+    (home / "escape.txt").symlink_to(secret)
+    for bad in [
+        "../secret.txt",
+        str(secret),
+        "escape.txt",
+        "/etc/passwd",
+        "../../../../etc/shadow",
+    ]:
+        r = client.post("/selectit", json={"record": alpaca(1)[0], "rp_file": bad})
+        assert r.status_code == 403, (bad, r.text)
+        assert "inside the daemon's home" in r.json()["error"]
+    assert not backend.requests  # nothing was read, nothing reached the model
+    r = client.post("/selectit", json={"record": alpaca(1)[0], "rp_file": "rp.txt"})
+    assert r.status_code == 200, r.text
+    assert r.json()["score"] == 4.0
+    assert all("Inside judge." in prompt_of(q.body) for q in backend.requests)
+    assert not any("TOP SECRET" in prompt_of(q.body) for q in backend.requests)
+
+
+def test_selectit_route_local_model_cannot_escape_home(make_client, tmp_path):
+    client = make_client()
+    r = client.post(
+        "/selectit",
+        json={"record": alpaca(1)[0], "backend": "transformers", "model": str(tmp_path)},
+    )
+    assert r.status_code == 403 and "model directory" in r.json()["error"]

@@ -1,0 +1,210 @@
+"""SelectIT's local backend for real on CPU: tiny random models and tokenizers built here."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the transformers backend needs pip install lmd[local]")
+pytest.importorskip("transformers", reason="the transformers backend needs pip install lmd[local]")
+
+from daemon.errors import LmdError  # noqa: E402
+from plugins.selectit.engine import prompts_for  # noqa: E402
+from plugins.selectit.prompts import build_prompt, load_templates  # noqa: E402
+from plugins.selectit.scoring import final_score  # noqa: E402
+from plugins.selectit.transformers_backend import TransformersRater, rating_token_ids  # noqa: E402
+
+from .conftest import alpaca, read_jsonl, run_cli, write_jsonl  # noqa: E402
+from .tiny_models import (  # noqa: E402
+    byte_level_tokenizer,
+    gpt2,
+    llama,
+    llama3_like_tokenizer,
+    sentencepiece_like_tokenizer,
+)
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def sp_tok():
+    return sentencepiece_like_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def bpe_tok():
+    return byte_level_tokenizer()
+
+
+def direct(model, tokenizer, text: str) -> list[float]:
+    """The five renormalised rating probabilities computed by hand from unpadded logits."""
+    ids, bridge = rating_token_ids(tokenizer)
+    input_ids = torch.tensor([tokenizer.encode(text) + bridge])
+    with torch.no_grad():
+        logits = model(input_ids=input_ids).logits[0, -1]
+    probs = torch.softmax(logits.double(), -1)[ids]
+    return (probs / probs.sum()).tolist()
+
+
+def test_rating_ids_survive_sentencepiece_digit_splitting(sp_tok):
+    ids, bridge = rating_token_ids(sp_tok)
+    assert sp_tok.convert_ids_to_tokens(ids) == ["1", "2", "3", "4", "5"]
+    assert sp_tok.convert_ids_to_tokens(bridge) == ["\u2581"]
+    assert len(set(ids)) == 5
+    # The widely copied encode("1")[0] gives the same "▁" for every rating here.
+    naive = {sp_tok.encode(d, add_special_tokens=False)[0] for d in "12345"}
+    assert naive == set(bridge)
+
+
+def test_rating_ids_byte_level(bpe_tok):
+    ids, bridge = rating_token_ids(bpe_tok)
+    assert bpe_tok.convert_ids_to_tokens(ids) == ["Ġ1", "Ġ2", "Ġ3", "Ġ4", "Ġ5"]
+    assert bridge == []
+
+
+def test_rating_ids_when_digits_split_from_the_space():
+    tok = llama3_like_tokenizer()
+    ids, bridge = rating_token_ids(tok)
+    assert tok.convert_ids_to_tokens(ids) == ["1", "2", "3", "4", "5"]
+    assert tok.convert_ids_to_tokens(bridge) == ["Ġ"]
+    model = llama(len(tok))
+    prompt = build_prompt("Rate it.", "Say hi.", "Hi.")
+    (rating,) = TransformersRater(model, tok).rate_prompts([prompt])
+    assert list(rating.probs) == pytest.approx(direct(model, tok, prompt.text), abs=1e-5)
+
+
+def test_rating_missing_from_the_vocabulary_is_refused():
+    tok = sentencepiece_like_tokenizer(digits="0124")  # never saw a "3" or a "5"
+    with pytest.raises(LmdError, match="no token for the rating '3'"):
+        rating_token_ids(tok)
+
+
+@pytest.mark.parametrize("kind", ["llama-sentencepiece", "gpt2-bytelevel"])
+def test_batched_scores_equal_a_direct_computation(kind, sp_tok, bpe_tok):
+    tok, model = (
+        (sp_tok, llama(len(sp_tok))) if kind.startswith("llama") else (bpe_tok, gpt2(len(bpe_tok)))
+    )
+    templates = load_templates()[:3]
+    samples = [
+        ("Say hello.", "Hello!"),
+        (
+            "Write a poem about cats with many words in it please.",
+            "Cats sit, cats nap, cats purr all day long.",
+        ),
+        ("Add two numbers.", "4"),
+    ]
+    prompts = [build_prompt(t, i, o) for i, o in samples for t in templates]
+    rater = TransformersRater(model, tok, batch_size=2, max_length=2048)
+    assert rater.last_only == {"logits_to_keep": 1}  # no batch x length x vocab logits
+    ratings = rater.rate_prompts(prompts, group=3)
+    assert rater.forward_passes == 2 and rater.padded_tokens > 0  # left padding really happened
+    for prompt, rating in zip(prompts, ratings, strict=True):
+        assert list(rating.probs) == pytest.approx(direct(model, tok, prompt.text), abs=1e-5)
+    # unsorted batches give the same numbers
+    unsorted = TransformersRater(model, tok, batch_size=1, sort_by_length=False).rate_prompts(
+        prompts, group=3
+    )
+    for a, b in zip(ratings, unsorted, strict=True):
+        assert a.probs == pytest.approx(b.probs, abs=1e-5)
+
+
+def test_a_stopped_rater_quits_between_batches(sp_tok):
+    import asyncio
+    import threading
+
+    rater = TransformersRater(llama(len(sp_tok)), sp_tok, batch_size=1)
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(asyncio.CancelledError):
+        rater.rate_prompts([build_prompt("Rate.", "a", "b")] * 3, stop=stop)
+    assert rater.forward_passes == 0
+    assert len(rater.rate_prompts([build_prompt("Rate.", "a", "b")] * 3)) == 3
+
+
+def test_long_samples_are_cut_but_keep_the_answer_cue(sp_tok):
+    model = llama(len(sp_tok))
+    rater = TransformersRater(model, sp_tok, batch_size=4, max_length=40)
+    long = build_prompt("Rate it.", "Explain why the sky is blue. " * 20, "Because. " * 30)
+    short = build_prompt("Rate it.", "Hi", "Hello")
+    ids = rater.encode(long)
+    assert len(ids) == 40 and rater.truncated == 1
+    assert sp_tok.decode(ids, skip_special_tokens=True).rstrip("\u2581 ").endswith("The answer is:")
+    assert sp_tok.decode(ids, skip_special_tokens=True).startswith("Rate it.")
+    assert rater.encode(short) == sp_tok.encode(short.text) + rater.bridge
+    assert rater.truncated == 1
+    with pytest.raises(LmdError, match="cannot even hold the prompt's ending"):
+        TransformersRater(model, sp_tok, max_length=5).encode(long)
+
+
+def test_cli_and_route_with_a_saved_tiny_model(home, backend, tmp_path, sp_tok, make_client):
+    model = llama(len(sp_tok), seed=3)
+    model_dir = tmp_path / "tiny-llama"
+    model.save_pretrained(model_dir)
+    sp_tok.save_pretrained(model_dir)
+    records = [*alpaca(5), {"instruction": "no output"}]
+    data = write_jsonl(tmp_path / "a.jsonl", records)
+    out = tmp_path / "s.jsonl"
+    r = run_cli(
+        home, data, "-o", out, "--backend", "transformers", "--model", model_dir,
+        "--k", 2, "--batch-size", 2, "--alpha", 0.3, "--device", "cpu",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    rows = read_jsonl(out)
+    assert rows[-1] == {"id": 6, "score": 3.0}
+    templates = load_templates()[:2]
+    from plugins.selectit.datasets import to_sample
+
+    for row, record in zip(rows[:5], records[:5], strict=True):
+        sample = to_sample(record, row["id"])
+        scores = [
+            sum(r * p for r, p in zip(range(1, 6), direct(model, sp_tok, p.text), strict=True))
+            for p in prompts_for(sample, templates)
+        ]
+        assert row["score"] == pytest.approx(final_score(scores, 0.3), abs=1e-5)
+    # the daemon route with the same settings gives the CLI's numbers
+    client = make_client(
+        selectit_backend="transformers", selectit_model=str(model_dir), selectit_k=2,
+        selectit_alpha=0.3, selectit_batch_size=3,
+    )  # fmt: skip
+    resp = client.post("/selectit", json=records)
+    assert resp.status_code == 200, resp.text
+    got = resp.json()["results"]
+    assert [g["id"] for g in got] == [row["id"] for row in rows]
+    assert [g["score"] for g in got] == pytest.approx([row["score"] for row in rows], abs=1e-5)
+    assert not backend.requests  # nothing went to the openai backend
+    # too-long prompts are cut and counted
+    r = run_cli(
+        home, data, "-o", tmp_path / "cut.jsonl", "--backend", "transformers", "--model",
+        model_dir, "--k", 2, "--max-length", 30,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert "10 prompts were longer than max_length 30" in r.stderr
+
+
+def test_model_load_failure_is_one_clear_sentence(home, tmp_path):
+    data = write_jsonl(tmp_path / "a.jsonl", alpaca(1))
+    missing = tmp_path / "no-such-model"
+    r = run_cli(home, data, "--backend", "transformers", "--model", missing)
+    assert r.exit_code == 1
+    assert f"I could not load the model '{missing}'" in r.stderr
+    assert r.stderr.count("\n") == 1
+    r = run_cli(home, data, "--backend", "transformers")
+    assert r.exit_code == 1 and "needs a model: pass --model" in r.stderr
+
+
+def test_fallback_model_only_when_asked(home, backend, tmp_path, bpe_tok):
+    model_dir = tmp_path / "tiny-gpt2"
+    gpt2(len(bpe_tok)).save_pretrained(model_dir)
+    bpe_tok.save_pretrained(model_dir)
+    data = write_jsonl(tmp_path / "a.jsonl", alpaca(2))
+    out = tmp_path / "s.jsonl"
+    args = ["-o", out, "--backend", "transformers", "--model", tmp_path / "missing"]
+    r = run_cli(home, data, *args, "--fallback-model", model_dir)
+    assert r.exit_code == 0, r.stderr
+    assert "warning: I could not load the model" in r.stderr and "Using the fallback" in r.stderr
+    assert [row["id"] for row in read_jsonl(out)] == [1, 2]
+    assert all(1 <= row["score"] <= 5 for row in read_jsonl(out))
