@@ -89,7 +89,9 @@ class Guard:
         self._own: dict[int, frozenset[str]] = {}
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "websocket":  # no route takes one; never let one past the checks
+            return await send({"type": "websocket.close", "code": 1008})
+        if scope["type"] != "http":  # lifespan
             return await self.app(scope, receive, send)
         host = auth = site = None
         origins: list[str] = []

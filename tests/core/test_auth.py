@@ -70,6 +70,14 @@ def test_garbage_addresses_are_nobodys():
     assert peer.proc_uid(("", 1), ("nope", 2)) is None
 
 
+def test_websockets_never_get_past_the_guard(client):
+    from starlette.websockets import WebSocketDisconnect
+
+    with pytest.raises(WebSocketDisconnect) as e, client.websocket_connect("/v1"):
+        pass
+    assert e.value.code == 1008
+
+
 # -- a second Unix user ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def stranger():

@@ -6,9 +6,6 @@ Also: default_prompt is checked against the registered modes wherever it is set.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -17,7 +14,6 @@ from hypothesis import strategies as st
 
 from daemon.app import MAX_INT_DIGITS, parse_json
 from daemon.errors import LmdError
-from tests.daemons import ROOT
 
 CT = {"Content-Type": "application/json", "Accept": "application/json"}
 
@@ -151,20 +147,18 @@ def test_default_prompt_is_checked_over_http(client):
 
 
 def test_default_prompt_is_checked_by_the_cli(home):
-    def lmd(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "daemon.cli", *args, "--home", str(home)],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env=os.environ,
-        )
+    from click.testing import CliRunner
+
+    from daemon.cli import cli
+
+    def lmd(*args: str):
+        return CliRunner().invoke(cli, [*args, "--home", str(home)])
 
     done = lmd("settings", "set", "default_prompt", "nosuchmode")
-    assert done.returncode == 1
+    assert done.exit_code == 1
     assert done.stderr.startswith("default_prompt cannot be 'nosuchmode': there is no such mode")
     assert lmd("settings", "get", "default_prompt").stdout == "dali\n"
-    assert lmd("settings", "set", "default_prompt", "knob").returncode == 0
+    assert lmd("settings", "set", "default_prompt", "knob").exit_code == 0
 
 
 def test_default_prompt_is_checked_by_knob(client, backend):

@@ -4,6 +4,7 @@ by LMD_TOKEN or --token-file, refused when others can read it); outputs follow t
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import stat
@@ -12,7 +13,8 @@ import sys
 
 import pytest
 
-from daemon.home import TOKEN_SHAPE
+from daemon.errors import LmdError
+from daemon.home import TOKEN_SHAPE, secure_home, server_token
 from daemon.paths import write_atomic
 from tests.daemons import ROOT, free_port
 
@@ -73,66 +75,64 @@ def test_a_home_owned_by_another_user_is_refused(tmp_path):
     home = tmp_path / "theirs"
     home.mkdir()
     os.chown(home, 65534, 65534)
-    done = serve(home, "--bind", f"127.0.0.1:{free_port()}")
-    assert done.returncode == 2
-    assert done.stderr.strip() == (
+    with pytest.raises(LmdError) as e:
+        secure_home(home)
+    assert e.value.message == (
         f"{home} belongs to another user (uid 65534); lmd keeps private history there, so "
         "give it a directory of your own with --home or LMD_HOME."
     )
 
 
-def test_the_token_file_is_created_private_and_kept(tmp_path, live, home):
-    d = live()
-    token = (home / "token").read_text()
-    assert mode(home / "token") == 0o600
-    assert token.endswith("\n") and TOKEN_SHAPE.fullmatch(token.strip())
-    assert len(token.strip()) == 43  # 32 random bytes
-    assert "created a new token in" in d.output()
-    assert token.strip() not in d.output()  # the log names the file, never the token
-    d.stop()
-    d2 = live()
-    assert (home / "token").read_text() == token
-    assert "created a new token" not in d2.output()
+def test_the_token_file_is_created_private_and_kept(tmp_path, caplog):
+    home = tmp_path / "new-home"
+    with caplog.at_level(logging.INFO, logger="lmd.home"):
+        token, source = server_token(home, environ={})
+    assert source == str(home / "token") and mode(home) == 0o700
+    assert (home / "token").read_text() == token + "\n" and mode(home / "token") == 0o600
+    assert TOKEN_SHAPE.fullmatch(token) and len(token) == 43  # 32 random bytes
+    assert f"created a new token in {home / 'token'}" in caplog.text
+    assert token not in caplog.text  # the log names the file, never the token
+    caplog.clear()
+    assert server_token(home, environ={}) == (token, source)  # kept across restarts
+    assert "created" not in caplog.text
 
 
-def test_lmd_token_is_written_where_clients_look(live, home, backend):
-    """With --no-peer-auth only the token gets in: lmd say finds it in LMD_HOME/token."""
-    d = live(env={"LMD_TOKEN": "from-the-environment-0123"}, args=["--no-peer-auth"])
-    assert (home / "token").read_text() == "from-the-environment-0123\n"
-    assert mode(home / "token") == 0o600
-    backend.queue("heard you")
-    env = {**os.environ, "LMD_URL": d.url, "LMD_HOME": str(home)}
-    done = subprocess.run(
-        [sys.executable, "-m", "daemon.cli", "say", "dali hi"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
+def test_an_explicit_token_is_written_where_clients_look(tmp_path):
+    home = tmp_path / "home"
+    assert server_token(home, environ={"LMD_TOKEN": " from-the-env-0123 "}) == (
+        "from-the-env-0123",
+        "LMD_TOKEN",
     )
-    assert done.stdout == "heard you\n", done.stderr
-    env["LMD_HOME"] = str(home.parent / "elsewhere")  # no token file there
-    done = subprocess.run(
-        [sys.executable, "-m", "daemon.cli", "say", "dali hi"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
-    assert done.returncode == 1 and done.stderr.startswith("This lmd needs its token")
-
-
-def test_token_file_option(live, home, tmp_path, backend):
+    assert (home / "token").read_text() == "from-the-env-0123\n"
     secret = tmp_path / "secret-token"
     secret.write_text("  a-token-from-a-file-42  \n")
     secret.chmod(0o600)
+    token, source = server_token(home, secret, environ={"LMD_TOKEN": "loses-to-the-file"})
+    assert (token, source) == ("a-token-from-a-file-42", f"the file {secret}")
+    assert (home / "token").read_text() == "a-token-from-a-file-42\n"
+    assert mode(home / "token") == 0o600
+
+
+def test_token_file_option_end_to_end(live, home, tmp_path, backend):
+    """`--token-file` and `--no-peer-auth`: only the token gets in, and `lmd say` finds it in
+    LMD_HOME/token by itself; from another LMD_HOME it cannot."""
+    from click.testing import CliRunner
+
+    from daemon.cli import cli
+
+    secret = tmp_path / "secret-token"
+    secret.write_text("a-token-from-a-file-42\n")
+    secret.chmod(0o600)
     d = live(args=["--token-file", str(secret), "--no-peer-auth"])
     assert (home / "token").read_text() == "a-token-from-a-file-42\n"
-    import urllib.request
-
-    req = urllib.request.Request(
-        d.url + "/settings/max_tokens", headers={"Authorization": "Bearer a-token-from-a-file-42"}
+    backend.queue("heard you")
+    said = CliRunner().invoke(
+        cli, ["say", "dali hi"], env={"LMD_URL": d.url, "LMD_HOME": str(home)}
     )
-    assert urllib.request.urlopen(req).status == 200
+    assert said.stdout == "heard you\n", said.stderr
+    elsewhere = {"LMD_URL": d.url, "LMD_HOME": str(tmp_path / "elsewhere")}
+    said = CliRunner().invoke(cli, ["say", "dali hi"], env=elsewhere)
+    assert said.exit_code == 1 and said.stderr.startswith("This lmd needs its token")
 
 
 @pytest.mark.parametrize(
@@ -147,7 +147,7 @@ def test_token_file_option(live, home, tmp_path, backend):
     ],
     ids=["loose", "empty", "spaces", "escape", "missing", "symlink"],
 )
-def test_bad_token_files_are_refused(home, tmp_path, content, file_mode, sentence):
+def test_bad_token_files_are_refused(tmp_path, content, file_mode, sentence):
     path = tmp_path / "tok"
     if content == "symlink":
         real = tmp_path / "real"
@@ -157,19 +157,31 @@ def test_bad_token_files_are_refused(home, tmp_path, content, file_mode, sentenc
     elif content is not None:
         path.write_text(content)
         path.chmod(file_mode)
-    done = serve(home, "--token-file", str(path))
-    assert done.returncode == 2
-    assert done.stderr.startswith(f"The token file {path} "), done.stderr
-    assert sentence in done.stderr
+    with pytest.raises(LmdError) as e:
+        server_token(tmp_path / "home", path, environ={})
+    assert e.value.message.startswith(f"The token file {path} ")
+    assert sentence in e.value.message
 
 
 @pytest.mark.parametrize(
     "value", ["has space-0123456789", "tab\there-0123456789", "é-0123456789abc"]
 )
-def test_bad_lmd_token_is_refused(home, value):
-    done = serve(home, env={"LMD_TOKEN": value})
+def test_bad_lmd_token_is_refused(tmp_path, value):
+    with pytest.raises(LmdError) as e:
+        server_token(tmp_path / "home", environ={"LMD_TOKEN": value})
+    assert e.value.message.startswith("LMD_TOKEN holds characters an HTTP header cannot carry")
+
+
+def test_serve_refuses_a_bad_token_with_exit_2(home, tmp_path):
+    loose = tmp_path / "tok"
+    loose.write_text("a-fine-token-0123456789")
+    loose.chmod(0o640)
+    done = serve(home, "--token-file", str(loose))
     assert done.returncode == 2
-    assert done.stderr.startswith("LMD_TOKEN holds characters an HTTP header cannot carry")
+    assert done.stderr == (
+        f"The token file {loose} is readable by other users (mode 640); run "
+        f"`chmod 600 {loose}` and start again.\n"
+    )
 
 
 def test_outputs_follow_the_umask_and_secrets_do_not(tmp_path):

@@ -10,7 +10,6 @@ import pty
 import subprocess
 import sys
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -63,40 +62,37 @@ def say_on_a_terminal(url: str, *args: str) -> bytes:
     return received.replace(b"\r\n", b"\n")  # the terminal's own line discipline
 
 
-@pytest.fixture
-def evil_daemon(live, backend):
-    backend.handler = lambda body: EVIL
-    return live()
+PROPOSAL = "ls -la\x1b]52;c;cm0gLXJmIH4K\x07 \x1b[8mrm -rf ~\x1b[0m"
 
 
-def test_lmd_say_cleans_what_it_prints_on_a_terminal(evil_daemon):
-    assert say_on_a_terminal(evil_daemon.url).decode() == CLEAN + "\n"
+def test_lmd_say_and_propose_on_a_terminal(live, backend):
+    """One daemon whose model answers with escape sequences, four ways to print them."""
 
+    def reply(body: dict) -> str:
+        system = body["messages"][0]["content"] if body["messages"] else ""
+        return PROPOSAL if "exactly one bash command" in system else EVIL
 
-def test_lmd_say_raw_keeps_everything(evil_daemon):
-    out = say_on_a_terminal(evil_daemon.url, "--raw").decode()
+    backend.handler = reply
+    d = live()
+    # On a terminal: clean.
+    assert say_on_a_terminal(d.url).decode() == CLEAN + "\n"
+    # --raw: as it came.
+    out = say_on_a_terminal(d.url, "--raw").decode()
     assert "\x1b]52;c;cm0gLXJmIH4K\x07" in out and "\x9b31m" in out
-
-
-def test_lmd_say_json_on_a_terminal_escapes_c1(evil_daemon):
-    out = say_on_a_terminal(evil_daemon.url, "--json").decode()
+    # --json on a terminal: valid JSON, C1 escaped, no ESC (json.dumps escapes C0).
+    out = say_on_a_terminal(d.url, "--json").decode()
     assert "\x1b" not in out and "\x9b" not in out and "\\u009b31m" in out
-
-
-def test_lmd_say_into_a_pipe_keeps_the_bytes(evil_daemon):
+    # Into a pipe: the bytes as they came (a program reading them decides).
     done = subprocess.run(
         [sys.executable, "-m", "daemon.cli", "say", "dali", "go"],
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={**os.environ, "LMD_URL": evil_daemon.url},
+        env={**os.environ, "LMD_URL": d.url},
     )
     assert "\x1b]52;c;cm0gLXJmIH4K\x07" in done.stdout and "\x9b31m" in done.stdout
-
-
-def test_propose_never_puts_control_characters_into_the_command_line(live, backend):
-    backend.queue("ls -la\x1b]52;c;cm0gLXJmIH4K\x07 \x1b[8mrm -rf ~\x1b[0m")
-    d = live()
+    # lmd propose: always clean, since the line goes into the shell's command line; nothing
+    # is hidden (the concealed `rm -rf ~` shows).
     done = subprocess.run(
         [sys.executable, "-m", "daemon.cli", "propose", "list", "files"],
         capture_output=True,
@@ -105,4 +101,4 @@ def test_propose_never_puts_control_characters_into_the_command_line(live, backe
         env={**os.environ, "LMD_URL": d.url},
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "ls -la rm -rf ~\n"  # nothing hidden: the user sees all of it
+    assert done.stdout == "ls -la rm -rf ~\n"

@@ -48,15 +48,31 @@ def checkout(tmp_path, evil) -> Path:
     return folder
 
 
-def lmd(home: Path, cwd: Path, *args: str, env: dict | None = None):
-    return subprocess.run(
-        [sys.executable, "-m", "daemon.cli", *args, "--home", str(home)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": SENTINEL, **(env or {})},
-    )
+class Ran:
+    """What one `lmd` command printed, and its exit code."""
+
+    def __init__(self, result) -> None:
+        self.returncode, self.stdout, self.stderr = result.exit_code, result.stdout, result.stderr
+
+
+def lmd(home: Path, cwd: Path, *args: str, env: dict | None = None) -> Ran:
+    """`lmd ARGS` in-process, from the directory `cwd`, with the sentinel key set."""
+    from click.testing import CliRunner
+
+    from daemon.cli import cli
+
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(
+            cli,
+            [*args, "--home", str(home)],
+            env={"OPENAI_API_KEY": SENTINEL, **(env or {})},
+            catch_exceptions=False,
+        )
+    finally:
+        os.chdir(before)
+    return Ran(result)
 
 
 def company_db(folder: Path) -> Path:
