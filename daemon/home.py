@@ -12,18 +12,13 @@ A token is never taken from the command line, where every user sees it in `ps`.
 
 from __future__ import annotations
 
-import ipaddress
-import logging
 import os
 import re
-import secrets
 import stat
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from .errors import LmdError
-
-log = logging.getLogger("lmd.home")
 
 TOKEN_NAME = "token"
 # What an Authorization header can carry as a bearer token (RFC 6750's token68, plus "~").
@@ -101,12 +96,16 @@ def server_token(home: Path, token_file: Path | None = None, environ=None) -> tu
     elif path.exists() or path.is_symlink():
         return read_token_file(path), str(path)
     else:
+        import secrets
+
         token = secrets.token_urlsafe(32)
         write_private(path, token + "\n")
-        log.info("created a new token in %s (lmd clients read it from there)", path)
+        _log().info("created a new token in %s (lmd clients read it from there)", path)
         return token, str(path)
     if len(token) < MIN_TOKEN_LENGTH:
-        log.warning("the token from %s is shorter than %d characters", source, MIN_TOKEN_LENGTH)
+        _log().warning(
+            "the token from %s is shorter than %d characters", source, MIN_TOKEN_LENGTH
+        )
     try:
         current = read_token_file(path) if path.exists() else None
     except LmdError:
@@ -116,13 +115,21 @@ def server_token(home: Path, token_file: Path | None = None, environ=None) -> tu
     return token, source
 
 
+def _log():
+    import logging  # the client path does not need logging
+
+    return logging.getLogger("lmd.home")
+
+
 def is_loopback_url(url: str) -> bool:
     try:
         host = urlsplit(url).hostname or ""
     except ValueError:
         return False
-    if host == "localhost":
+    if host in ("localhost", "127.0.0.1", "::1"):
         return True
+    import ipaddress
+
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -174,5 +181,5 @@ def secure_home(home: Path) -> list[str]:
             os.chmod(path, mode & 0o700 or 0o600)
             fixed.append(f"{name} {mode:o} -> {mode & 0o700 or 0o600:o}")
     if fixed:
-        log.warning("others could read lmd's private files; fixed: %s", ", ".join(fixed))
+        _log().warning("others could read lmd's private files; fixed: %s", ", ".join(fixed))
     return fixed
