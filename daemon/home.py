@@ -103,9 +103,7 @@ def server_token(home: Path, token_file: Path | None = None, environ=None) -> tu
         _log().info("created a new token in %s (lmd clients read it from there)", path)
         return token, str(path)
     if len(token) < MIN_TOKEN_LENGTH:
-        _log().warning(
-            "the token from %s is shorter than %d characters", source, MIN_TOKEN_LENGTH
-        )
+        _log().warning("the token from %s is shorter than %d characters", source, MIN_TOKEN_LENGTH)
     try:
         current = read_token_file(path) if path.exists() else None
     except LmdError:
