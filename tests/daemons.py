@@ -223,3 +223,23 @@ def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
             return True
         time.sleep(interval)
     return predicate()
+
+
+def apt_tool(name: str, package: str | None = None) -> str:
+    """The path of a system tool (chromium, curl), installed with apt when missing (CI runs
+    as root on a fresh machine); skips the test, saying why, where that is impossible."""
+    import shutil
+
+    import pytest
+
+    found = shutil.which(name) or (name == "chromium" and shutil.which("chromium-browser"))
+    if found:
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.skip(f"{name} is not installed and cannot be installed here (needs root + apt)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", package or name]):
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+        if done.returncode != 0:
+            pytest.skip(f"could not install {name} ({' '.join(cmd)} failed): {done.stderr[-300:]}")
+    return shutil.which(name) or pytest.skip(f"{name} installed but not on PATH")

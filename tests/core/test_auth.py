@@ -22,7 +22,7 @@ import pytest
 
 from daemon import peer
 from daemon.guard import NEEDS_OWNER
-from tests.daemons import ROOT, free_port
+from tests.daemons import ROOT, apt_tool, free_port
 
 LMD = str(Path(sys.executable).parent / "lmd")
 pytestmark = pytest.mark.skipif(not peer.supported(), reason="peer lookups are Linux only")
@@ -130,14 +130,8 @@ def every_route(home: Path) -> list[tuple[str, str]]:
 
 
 @pytest.fixture
-def curl():
-    if shutil.which("curl"):
-        return "curl"
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "curl"]):
-            subprocess.run(cmd, capture_output=True, env=env, timeout=600)
-    return shutil.which("curl") or pytest.skip("curl is not installed and cannot be installed")
+def curl() -> str:
+    return apt_tool("curl")
 
 
 def test_another_user_is_refused_everywhere_but_healthz(
@@ -185,6 +179,7 @@ def test_the_owners_own_clients_all_work(stranger, live, backend, home, tmp_path
     url_env = {**os.environ, "LMD_URL": d.url}
     # curl exactly as the README prints it (only the port differs).
     line = readme_curl().replace("http://127.0.0.1:8420", d.url)
+    line = line.replace("curl ", f"{curl} ", 1)  # the same command, wherever curl lives
     done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=60)
     assert done.stdout == "answer summarise why the sky is blue in one line\n", done
     # lmd say, with the token found in LMD_HOME/token, and without it (the kernel vouches).
@@ -223,12 +218,12 @@ def test_the_owners_own_clients_all_work(stranger, live, backend, home, tmp_path
     assert len(backend.chat_requests) == 5
 
 
-def test_protected_settings_need_the_token_itself(live, home, backend):
+def test_protected_settings_need_the_token_itself(live, home, backend, curl):
     """The kernel's word is not enough for these: a command the user approved runs as the
     owner too. lmd say sends the token, so the owner's spoken knob still works."""
     d = live()
     env = {**os.environ, "LMD_URL": d.url, "LMD_HOME": str(home)}
-    put = ["curl", "-s", "-X", "PUT", "-d", "never", d.url + "/settings/marat_approval"]
+    put = [curl, "-s", "-X", "PUT", "-d", "never", d.url + "/settings/marat_approval"]
     done = subprocess.run(put, capture_output=True, text=True)
     assert json.loads(done.stdout)["error"].startswith("The setting marat_approval is protected")
     token = (home / "token").read_text().strip()
@@ -238,7 +233,7 @@ def test_protected_settings_need_the_token_itself(live, home, backend):
     assert json.loads(done.stdout)["value"] == "never"
     # knob through curl (no token): refused; through lmd say (token): done.
     done = subprocess.run(
-        ["curl", "-s", "-d", "knob set marat approval to always", d.url + "/v1"],
+        [curl, "-s", "-d", "knob set marat approval to always", d.url + "/v1"],
         capture_output=True,
         text=True,
     )

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.server
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from daemon.guard import FOREIGN_PAGE
+from tests.daemons import apt_tool
 
 TOKEN = "origin-test-token-0123456789"
 LMD = str(Path(sys.executable).parent / "lmd")
@@ -170,20 +170,6 @@ FLAGS = [
 ]
 
 
-def find_chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found:
-        return found
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        pytest.skip("chromium is not installed and cannot be installed here (needs root + apt)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-        if done.returncode != 0:
-            pytest.skip(f"could not install chromium ({' '.join(cmd)} failed)")
-    return shutil.which("chromium") or pytest.skip("chromium installed but not on PATH")
-
-
 class PageServer:
     """The attacker's page, served by a plain HTTP server on another loopback port."""
 
@@ -212,7 +198,7 @@ class PageServer:
 
 def load_in_chromium(url: str, profile: Path) -> str:
     done = subprocess.run(
-        [find_chromium(), *FLAGS, f"--user-data-dir={profile}", "--dump-dom", url],
+        [apt_tool("chromium"), *FLAGS, f"--user-data-dir={profile}", "--dump-dom", url],
         capture_output=True,
         text=True,
         timeout=120,
