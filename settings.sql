@@ -45,9 +45,11 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('max_bash_output_len_for_re
 INSERT OR IGNORE INTO settings (name, value) VALUES ('recent_history_limit', '50');
 -- Karma of ordinary prompts. Allowed: a whole number of at least 0.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('default_karma', '1000');
--- Karma of crucial prompts. Allowed: a whole number of at least 0.
+-- Karma of prompts the user promoted (the seed's operative kind, ranked first). Allowed: a whole number of at least 0.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('operative_karma', '25000');
+-- Karma of crucial prompts: a running task's instruction, cobol's current focus. Allowed: a whole number of at least 0.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('instructive_karma', '10000');
--- Karma of promoted and task prompts. Allowed: a whole number of at least 0.
+-- Karma of what finished work leaves: a done task's instruction and answer. Allowed: a whole number of at least 0.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('contextual_karma', '2500');
 -- Karma of corrections and format help. Allowed: a whole number of at least 0.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('decorative_karma', '500');
@@ -127,7 +129,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_cache', 'true');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_backend', 'openai');
 -- OpenAI backend: completions (raw prompt, base models) or chat (instruct models). Allowed: one of completions, chat.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_api', 'completions');
--- Model id (openai backend; empty = openai_model) or local path (transformers). Allowed: any text. Protected.
+-- Model id (openai; empty = openai_model) or local model (transformers; empty = meta-llama/Llama-3.1-8B). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_model', '');
 -- Rating-prompt file, one template per line (empty = the built-in prompts). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_rp_file', '');
@@ -135,7 +137,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_rp_file', '');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_k', '1');
 -- Penalty on the std across prompts. Allowed: a number of at least 0.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_alpha', '0.2');
--- Most prompt tokens; longer sample text is cut, the answer cue kept. Allowed: a whole number of at least 16.
+-- Most prompt tokens; a longer sample's instruction and response are shortened. Allowed: a whole number of at least 16.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_max_length', '2048');
 -- Samples per forward pass (transformers backend). Allowed: a whole number from 1 to 4096.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_batch_size', '8');

@@ -1,4 +1,4 @@
-"""The core's own settings: the seed daemon's 18 plus a few the server needs."""
+"""The core's own settings: the seed daemon's 18, operative_karma, and a few the server needs."""
 
 from __future__ import annotations
 
@@ -77,8 +77,27 @@ CORE_SETTINGS = [
     Setting("max_bash_output_len_for_response", 2000, "int", "Characters of output kept.", min=1),
     Setting("recent_history_limit", 50, "int", "Newest prompts considered.", min=1),
     Setting("default_karma", 1000, "int", "Karma of ordinary prompts.", min=0),
-    Setting("instructive_karma", 10000, "int", "Karma of crucial prompts.", min=0),
-    Setting("contextual_karma", 2500, "int", "Karma of promoted and task prompts.", min=0),
+    Setting(
+        "operative_karma",
+        25000,
+        "int",
+        "Karma of prompts the user promoted (the seed's operative kind, ranked first).",
+        min=0,
+    ),
+    Setting(
+        "instructive_karma",
+        10000,
+        "int",
+        "Karma of crucial prompts: a running task's instruction, cobol's current focus.",
+        min=0,
+    ),
+    Setting(
+        "contextual_karma",
+        2500,
+        "int",
+        "Karma of what finished work leaves: a done task's instruction and answer.",
+        min=0,
+    ),
     Setting("decorative_karma", 500, "int", "Karma of corrections and format help.", min=0),
     Setting("expiring_id_discount", 3.0, "float", "zeta: discount per prompt of distance.", min=0),
     Setting(

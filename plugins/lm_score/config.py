@@ -127,6 +127,9 @@ class ScoreConfig:
     cache: bool = True
     timeout: float = 60.0
     retries: int = 2
+    # Where the endpoint came from, named in errors so the user fixes the right knob:
+    # "SERVER_URL in the .env file", "lm_score_endpoint", "openai_chat_endpoint", ...
+    endpoint_source: str = "openai_chat_endpoint"
 
     def fingerprint(self) -> dict:
         """What changes an answer (the cache key), without secrets or speed knobs."""
@@ -181,6 +184,7 @@ def resolve(
     notes = [] if notes is None else notes
     dotenv = {k: v for k, v in (dotenv or {}).items() if v not in (None, "")}
     values: dict[str, Any] = {s.name: settings[s.name] for s in SETTINGS}
+    sources = {s.name: env_name(s.name) if env.get(env_name(s.name)) else s.name for s in SETTINGS}
     for key, name in ORIGINAL_KEYS.items():
         if key not in dotenv:
             continue
@@ -191,21 +195,29 @@ def resolve(
             values[name] = settings.spec(name).parse(dotenv[key])
         except SettingError as e:
             raise SettingError(f"{key} in the .env file: {e}") from None
+        sources[name] = f"{key} in the .env file"
         notes.append(f"./.env sets {key}={dotenv[key]}.")
-    if "SERVER_URL" in dotenv and env.get(env_name("lm_score_endpoint")) is None:
+    endpoint = values["lm_score_endpoint"]
+    if endpoint:
+        source = sources["lm_score_endpoint"]
+    elif env.get("LMD_OPENAI_CHAT_ENDPOINT"):
+        source = "LMD_OPENAI_CHAT_ENDPOINT"
+    elif env.get("OPENAI_BASE_URL"):
+        source = "OPENAI_BASE_URL"
+    else:
+        source = "openai_chat_endpoint"
+    if source == "SERVER_URL in the .env file":
         # An endpoint a file chose gets that file's key, or none: never the user's own key.
-        endpoint = base_url(values["lm_score_endpoint"])
         key = dotenv.get("API_TOKEN", NO_KEY)
     else:
         if "API_TOKEN" in dotenv:
             notes.append(
                 "API_TOKEN in ./.env is ignored: it goes only to a SERVER_URL from the same file."
             )
-        own = values["lm_score_endpoint"]
-        endpoint = base_url(own) if own else endpoint_from(settings, env)
         key = api_key(env)
     return ScoreConfig(
-        endpoint=endpoint,
+        endpoint_source=source,
+        endpoint=base_url(endpoint) if endpoint else endpoint_from(settings, env),
         api_key=key,
         model=values["lm_score_model"] or settings["openai_model"],
         method=values["lm_score_method"],

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from daemon.modes import Context
+from daemon.words import plural
 
 from . import audit, prompt
 from .execute import execute, start_dir
@@ -88,6 +89,9 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
     if remembered:
         yield _remember(ctx, remembered.group(1).strip())
         return
+    # While its task runs, the instruction is crucial: the loop's observations must never
+    # crowd it out of the context (instructive karma until the task ends).
+    ctx.set_karma([ctx.user_prompt_id], "instructive")
     async for chunk in _loop(ctx, Task(ctx.user_prompt_id)):
         yield chunk
 
@@ -171,7 +175,7 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
     ctx.reply_kind = "decorative"
     tail = f" The last command I ran was {task.last_command}." if task.last_command else ""
     yield (
-        f"I stopped after {turns} model turns without finishing the task.{tail} "
+        f"I stopped after {plural(turns, 'model turn')} without finishing the task.{tail} "
         "Say what to do next, or raise max_thought_loops."
     )
 
@@ -217,12 +221,15 @@ async def _run(
 
 def _finish_karma(ctx: Context, task: Task, done: bool) -> None:
     """After a task the loop stops crowding the context: thoughts, actions and observations
-    become decorative, format help worthless, the instruction and the answer contextual."""
+    become decorative, format help worthless; the instruction, crucial while the task ran,
+    and the final answer become contextual (an unfinished task's instruction: default)."""
     ctx.set_karma(task.loop_ids, "decorative")
     ctx.set_karma(task.format_ids, "none")
     if done:
         ctx.set_karma([task.instruction_id], "contextual")
         ctx.reply_kind = "contextual"
+    else:
+        ctx.set_karma([task.instruction_id], "default")
 
 
 def _final_reply(final: str, task: Task) -> str:

@@ -259,7 +259,7 @@ def test_promote_makes_a_prompt_operative(client, backend):
     client.post("/v1", content="dali remember my projects live in ~/code")
     first = stored(client)[0]
     r = client.post(f"/history/{first['id']}/promote")
-    assert r.status_code == 200 and r.json()["karma"] == 2500
+    assert r.status_code == 200 and r.json()["karma"] == 25000  # operative_karma
     assert stored(client)[0]["kind"] == "operative"
     assert client.post("/history/999/promote").status_code == 404
 

@@ -4,7 +4,9 @@ against the real fake backend, asserting the request bodies it received."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -64,7 +66,13 @@ def test_non_text_contents_become_text_in_a_documented_way():
     assert content_text(None) == ""
     assert content_text(True) == "true"
     assert content_text(b"caf\xc3\xa9 \xff") == "café \ufffd"
-    assert content_text(["a", 1]) == '["a", 1]'
+    # compact JSON, no spaces, exactly as SQLite's json() writes the same value
+    assert content_text(["a", 1]) == '["a",1]'
+    assert content_text({"k": [1, 2.5, None], "é": "x"}) == '{"k":[1,2.5,null],"é":"x"}'
+    sqlite = sqlite3.connect(":memory:")
+    for value in (["a", 1], {"k": [1, 2.5, None], "é": "x"}):
+        spaced = json.dumps(value, ensure_ascii=False)  # Python's default puts spaces in
+        assert content_text(value) == sqlite.execute("SELECT json(?)", [spaced]).fetchone()[0]
     assert build_prompt([None, 5, b"x"], "q?").split("Content: \n")[1].startswith("\n5\nx\n\n")
 
 
