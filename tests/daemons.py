@@ -75,7 +75,7 @@ class LiveDaemon:
         )
         self.wait_ready()
 
-    def wait_ready(self, timeout: float = 20.0) -> None:
+    def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -86,6 +86,9 @@ class LiveDaemon:
                         return
             except OSError:
                 time.sleep(0.05)
+        # Nobody holds this daemon yet (the constructor raises): stop it, or it outlives the run.
+        self.proc.kill()
+        self.proc.wait()
         raise RuntimeError(f"lmd serve did not become ready:\n{self.output()}")
 
     def output(self) -> str:
