@@ -29,7 +29,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('llm_timeout_secs', '60.0')
 INSERT OR IGNORE INTO settings (name, value) VALUES ('llm_max_retries', '2');
 -- The OS bash commands are written for. Allowed: any text.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('system', 'Ubuntu 22.04');
--- Mode used when no directive applies. Allowed: any text.
+-- Mode used when no directive applies (one of the registered modes). Allowed: any text.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('default_prompt', 'dali');
 -- Idle seconds before a session resets. Allowed: a whole number of at least 0.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('end_session_after_idle_secs', '300');
@@ -83,6 +83,8 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_file_size_mb', '10
 INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_max_processes', '256');
 -- Environment variables passed to commands beside PATH, HOME, USER, LANG, LC_*, TZ, TERM, SHELL (JSON list of names; never the API key or the token). Allowed: a JSON value. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('command_env_passthrough', '[]');
+-- Web origins (besides the daemon's own) whose pages may call lmd, e.g. ["http://localhost:3000"]; every page of such an origin acts as you. Allowed: a JSON value. Protected.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('allowed_origins', '[]');
 
 -- == marat ==
 -- Which commands wait for a spoken yes: never (none; nothing sandboxed), unsafe (all but clearly read-only ones, which run in the sandbox), always. Allowed: one of never, unsafe, always. Protected.
@@ -93,9 +95,9 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('marat_command_timeout_secs
 INSERT OR IGNORE INTO settings (name, value) VALUES ('marat_start_dir', '~');
 
 -- == cobol ==
--- Repository cobol works in; empty means the session's working directory (X-Cwd). Allowed: any text.
+-- Repository cobol works in; empty means the session's working directory (X-Cwd). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('cobol_repo', '');
--- Build/test command cobol compiles with; empty means detect it from the repository. Allowed: any text.
+-- Build/test command cobol compiles with; empty means detect it from the repository. Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('cobol_build_command', '');
 -- Seconds a cobol build may run before it and its child processes are killed. Allowed: a whole number of at least 1.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('cobol_build_timeout_secs', '300');
@@ -141,7 +143,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_cache', 'true');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_backend', 'openai');
 -- OpenAI backend: completions (raw prompt, base models) or chat (instruct models). Allowed: one of completions, chat.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_api', 'completions');
--- Model id (openai; empty = openai_model) or local model (transformers; empty = meta-llama/Llama-3.1-8B). Allowed: any text.
+-- Model id (openai; empty = openai_model) or local model (transformers; empty = meta-llama/Llama-3.1-8B). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_model', '');
 -- Rating-prompt file, one template per line (empty = the built-in prompts). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_rp_file', '');
@@ -159,7 +161,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_concurrency', '32
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_top_logprobs', '20');
 -- Torch device for the transformers backend (auto = cuda when available, else cpu). Allowed: any text.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_device', 'auto');
--- Local model to load, with a warning, when the model fails to (empty = stop instead). Allowed: any text.
+-- Local model to load, with a warning, when the model fails to (empty = stop instead). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_fallback_model', '');
 
 -- == elo ==

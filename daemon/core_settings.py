@@ -122,6 +122,26 @@ SANDBOX_SETTINGS = [
     ),
 ]
 
+
+def _check_origins(value: object) -> str | None:
+    """A list of exact web origins: scheme://host[:port], nothing after."""
+    if not isinstance(value, list) or not all(isinstance(o, str) for o in value):
+        return 'it must be a JSON list of origins like ["http://localhost:3000"]'
+    for origin in value:
+        scheme, sep, rest = origin.partition("://")
+        if (
+            scheme not in ("http", "https")
+            or not sep
+            or not rest
+            or any(c in rest for c in "/?#@ \t")
+        ):
+            return (
+                f"{origin!r} is not an origin; write scheme://host[:port] exactly as the "
+                'browser shows it, e.g. "http://localhost:3000", with no path'
+            )
+    return None
+
+
 CORE_SETTINGS = [
     Setting("openai_model", "gpt-4.1-mini", "str", "Model id sent to the backend."),
     Setting(
@@ -135,7 +155,12 @@ CORE_SETTINGS = [
     Setting("llm_timeout_secs", 60.0, "float", "Seconds one backend call may take.", min=0.1),
     Setting("llm_max_retries", 2, "int", "Retries of one backend call.", min=0, max=10),
     Setting("system", "Ubuntu 22.04", "str", "The OS bash commands are written for."),
-    Setting("default_prompt", "dali", "str", "Mode used when no directive applies."),
+    Setting(
+        "default_prompt",
+        "dali",
+        "str",
+        "Mode used when no directive applies (one of the registered modes).",
+    ),
     Setting(
         "end_session_after_idle_secs", 300, "int", "Idle seconds before a session resets.", min=0
     ),
@@ -194,4 +219,13 @@ CORE_SETTINGS = [
         min=0.1,
     ),
     *SANDBOX_SETTINGS,
+    Setting(
+        "allowed_origins",
+        [],
+        "json",
+        "Web origins (besides the daemon's own) whose pages may call lmd, e.g. "
+        '["http://localhost:3000"]; every page of such an origin acts as you.',
+        check=_check_origins,
+        protected=True,  # a listed page can drive every mode
+    ),
 ]

@@ -32,10 +32,13 @@ def endpoint_from(settings: Any, environ: dict | None = None) -> str:
     return base_url(settings["openai_chat_endpoint"])
 
 
+NO_KEY = "sk-no-key-needed"  # sent when there is no key: local servers ignore it
+
+
 def api_key(environ: dict | None = None) -> str:
     """OPENAI_API_KEY, or a placeholder that local servers ignore."""
     env = os.environ if environ is None else environ
-    return env.get("OPENAI_API_KEY") or "sk-no-key-needed"
+    return env.get("OPENAI_API_KEY") or NO_KEY
 
 
 class LLM:

@@ -74,12 +74,18 @@ async def run_turn(
             settings["end_session_after_idle_secs"],
             now,
         )
+        if mode_name not in daemon.modes and mode_name != settings["default_prompt"]:
+            # The session's last mode (or its pending question) belongs to a plugin that is
+            # gone: answer as after a pause.
+            mode_name, pending = settings["default_prompt"], None
         mode = daemon.modes.get(mode_name)
         if mode is None:
             raise LmdError(
-                f"There is no mode called {mode_name}; set default_prompt to one of "
-                f"{', '.join(sorted(daemon.modes))}.",
-                status=500,
+                f"The setting default_prompt names the mode {mode_name!r}, which is not "
+                f"loaded; start with a directive ({', '.join(sorted(daemon.modes))}), or "
+                f"set default_prompt to one of them with `lmd settings set default_prompt "
+                "...`.",
+                status=503,
             )
         outcome.mode = mode_name
         session.pending = None  # handed to the mode now; it may set a new one

@@ -9,15 +9,14 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.errors import LmdError
+from daemon.paths import write_atomic
 
 from .ratings import normalise_winner
 
@@ -157,16 +156,7 @@ def write_text(path: str | Path, text: str) -> None:
     if target.is_dir():
         raise EloFileError(f"{target} is a directory; give a file name to write.")
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(target, text)  # the umask's mode, as any other program's output
 
 
 # -- questions and Q&A ----------------------------------------------------------------------

@@ -85,6 +85,7 @@ SETTINGS = [
         "str",
         "Model id (openai; empty = openai_model) or local model (transformers; empty = "
         "meta-llama/Llama-3.1-8B).",
+        protected=True,  # a path the daemon loads: only the CLI or the token may set it
     ),
     Setting(
         "selectit_rp_file",
@@ -137,6 +138,7 @@ SETTINGS = [
         DEFAULTS.fallback_model,
         "str",
         "Local model to load, with a warning, when the model fails to (empty = stop instead).",
+        protected=True,  # a path the daemon loads: only the CLI or the token may set it
     ),
 ]
 
