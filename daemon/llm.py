@@ -52,20 +52,16 @@ class LLM:
         self._key = key
         self.timeout = timeout
         self._openai = openai
-        self.client = openai.AsyncOpenAI(
-            base_url=url,
-            api_key=key,
-            timeout=timeout,
-            max_retries=retries,
-            http_client=httpx2.AsyncClient(
-                timeout=timeout,
-                transport=SpreadTransport(max_connections=256, keepalive=64),
-            ),
+        http = httpx2.AsyncClient(
+            timeout=timeout, transport=SpreadTransport(max_connections=256, keepalive=64)
         )
-        # Plain-JSON calls skip the SDK's per-message transforms (daemon/prepared_body.py);
-        # None sends every call through `create` (the tests compare both ways).
-        self._chat: Endpoint | None = Endpoint.chat(self.client)
-        self._completions: Endpoint | None = Endpoint.completions(self.client)
+        self.client = openai.AsyncOpenAI(
+            base_url=url, api_key=key, timeout=timeout, max_retries=retries, http_client=http
+        )
+        # Plain-JSON calls take the lean way of daemon/prepared_body.py; None sends every call
+        # through the SDK's `create` (the tests compare both ways).
+        self._chat: Endpoint | None = Endpoint.chat(self.client, http)
+        self._completions: Endpoint | None = Endpoint.completions(self.client, http)
 
     async def close(self) -> None:
         await self.client.close()
@@ -105,12 +101,12 @@ class LLM:
     async def stream(self, messages: list[dict], **kwargs: Any) -> AsyncIterator[str]:
         """Text chunks as the backend produces them."""
         kwargs.setdefault("model", self.model)
-        stream = None
+        stream: Any = None
         try:
             endpoint = self._chat
             body = endpoint.body(messages, kwargs, stream=True) if endpoint is not None else None
             if body is not None:
-                stream = await endpoint.stream(body)
+                stream = endpoint.stream(body)
             else:
                 stream = await self.client.chat.completions.create(
                     messages=messages, stream=True, **kwargs
@@ -132,7 +128,7 @@ class LLM:
             raise self.explain(e) from e
         finally:
             if stream is not None:
-                await stream.close()  # a reader that stops early frees the connection at once
+                await stream.aclose()  # a reader that stops early frees the connection at once
 
     def explain(self, e: Exception) -> BackendError:
         """Map an openai/httpx exception to one sentence, never carrying the API key."""

@@ -8,6 +8,7 @@ switched off), and the bodies, results and error sentences must agree.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 
 import pytest
@@ -109,6 +110,12 @@ def test_headers_match_the_sdk(backend):
         Reply(body=b'{"choices": []}'),
         Reply(body=b"[1, 2]"),
         Reply(body="plain words", headers={"Content-Type": "text/plain"}),
+        # a compressed refusal, handed to the SDK after the first try decoded it
+        Reply(
+            status=503,
+            body=gzip.compress(b'{"error": {"message": "zipped", "type": "overloaded"}}'),
+            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+        ),
     ],
 )
 def test_failures_match_the_sdk(backend, reply):
@@ -249,6 +256,8 @@ def delta(text: str) -> dict:
         (Reply("one two three four", truncate=2), {}),
         (Reply(chunks=["Grüße ", "世界", "\n", ""]), {}),
         (Reply(body=sse(delta("a"), delta("b"), "[DONE]", delta("after")), headers=SSE), {}),
+        # a server that ignores stream=true and answers JSON
+        (Reply(body={"id": "c", "object": "chat.completion", "choices": []}), {}),
     ],
 )
 def test_streams_match_the_sdk(backend, reply, kwargs):
