@@ -154,7 +154,7 @@ class Endpoint:
         SDK's own retries and exceptions apply."""
         http = httpx2.AsyncClient(transport=_Handover(failed, self.http), timeout=self.http.timeout)
         async with http:
-            yield self.client.copy(http_client=http)
+            yield self.client.with_options(http_client=http)
 
     async def events(self, response: Any) -> AsyncIterator[Any]:
         """The chunks of a good stream, read as the SDK reads them: up to [DONE], an error
