@@ -1,8 +1,9 @@
 """Prepared bodies (daemon/prepared_body.py) send what `create` sends and fail the same way.
 
-Each case runs twice against the real fake backend: once with the body encoded by lmd and
-posted with `client.post`, once through the SDK's `create` (the same LLM with its endpoints
-switched off), and the bodies, results and error sentences must agree.
+Each case runs twice against the real fake backend: once the lean way (the body encoded by
+lmd, the first try made over httpx2, any failure handed to the SDK's `client.post`), once
+through the SDK's `create` (the same LLM with its endpoints switched off); the bodies,
+headers, results and error sentences must agree.
 """
 
 from __future__ import annotations
