@@ -298,11 +298,9 @@ async def promote(request: Request) -> Response:
     prompt = daemon.store.prompt(prompt_id)
     if prompt is None:
         raise LmdError(f"There is no prompt {prompt_id}; `lmd history` lists them.", status=404)
-    settings = daemon.settings()
-    daemon.store.set_karma([prompt_id], "operative", karma.karma_for("operative", settings))
-    return JSONResponse(
-        {"id": prompt_id, "kind": "operative", "karma": settings["contextual_karma"]}
-    )
+    points = karma.karma_for("operative", daemon.settings())
+    daemon.store.set_karma([prompt_id], "operative", points)
+    return JSONResponse({"id": prompt_id, "kind": "operative", "karma": points})
 
 
 async def openapi_json(request: Request) -> Response:

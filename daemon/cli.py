@@ -263,14 +263,15 @@ def history(
 @click.argument("prompt_id", type=int)
 @home_option
 def history_promote(prompt_id: int, home: Path | None) -> None:
-    """Make a prompt operative: it gets contextual_karma and stays in context longer."""
+    """Make a prompt operative: it gets operative_karma and stays in context longer."""
     from . import karma
 
     _, store, s = open_daemon_state(home)
     if store.prompt(prompt_id) is None:
         fail(f"There is no prompt {prompt_id}; `lmd history` lists them.")
-    store.set_karma([prompt_id], "operative", karma.karma_for("operative", s))
-    click.echo(f"Prompt {prompt_id} is now operative (karma {s['contextual_karma']}).")
+    points = karma.karma_for("operative", s)
+    store.set_karma([prompt_id], "operative", points)
+    click.echo(f"Prompt {prompt_id} is now operative (karma {points}).")
 
 
 @cli.command()

@@ -162,11 +162,14 @@ class Daemon:
         return self._directives[1]
 
     async def warm_up(self) -> None:
-        """Import the backend client and load the tokenizer now, not on the first request."""
-        from . import tokens
+        """Import the backend client, probe the sandbox and load the tokenizer now, not on the
+        first request."""
+        from . import sandbox, tokens
 
         settings = self.settings()
         self.llm(settings)
+        # Probe for the command sandbox now (a short bwrap run), not on the first command.
+        await asyncio.to_thread(sandbox.detect)
         try:
             await asyncio.wait_for(
                 asyncio.to_thread(tokens.encoding_for, settings["openai_model"]), 10

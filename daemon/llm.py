@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from .errors import BackendError
+from .words import plural
 
 
 def base_url(endpoint: str) -> str:
@@ -144,7 +145,7 @@ class LLM:
             return e
         if isinstance(e, o.APITimeoutError):
             return BackendError(
-                f"The language model did not answer within {self.timeout:g} seconds; "
+                f"The language model did not answer within {plural(self.timeout, 'second')}; "
                 "try again, or raise llm_timeout_secs.",
                 status=504,
             )

@@ -62,6 +62,24 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
+def sandbox_state(level: str) -> str:
+    """One line on how commands are sandboxed (for the start-up message and `lmd doctor`)."""
+    from . import sandbox
+
+    if level == sandbox.OFF:
+        return (
+            "off (sandbox_level is off): commands that look read-only run unsandboxed; "
+            "set it to read-only to sandbox them."
+        )
+    found = sandbox.detect()
+    if not found.available:
+        return (
+            f"{found.sentence()} Until then, with marat_approval unsafe, every command waits "
+            "for a spoken yes."
+        )
+    return f"sandbox_level {level}: {found.sentence()}"
+
+
 def serve(bind: str, home: Path | None, token: str | None) -> int:
     """Run until SIGTERM/SIGINT; in-flight requests get shutdown_grace_secs to finish."""
     from hypercorn.asyncio import serve as hypercorn_serve
@@ -94,6 +112,7 @@ def serve(bind: str, home: Path | None, token: str | None) -> int:
         file=sys.stderr,
         flush=True,
     )
+    print(f"lmd sandbox: {sandbox_state(settings['sandbox_level'])}", file=sys.stderr, flush=True)
 
     async def main() -> None:
         stop = asyncio.Event()

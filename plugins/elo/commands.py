@@ -14,6 +14,7 @@ import click
 from daemon.cli import home_option
 from daemon.errors import LmdError
 from daemon.paths import refuse_overwrite
+from daemon.words import plural
 
 FORMATS = ("table", "csv", "json", "markdown")
 
@@ -128,7 +129,8 @@ def _options(settings: Any, method, bootstrap, seed, k, scale, base, initial, an
 def _note_skipped(judged: Any) -> None:
     if judged.skipped_bad:
         click.echo(
-            f"Left out {len(judged.skipped_bad)} rows with unknown winners or a model battling "
+            f"Left out {plural(len(judged.skipped_bad), 'row')} with unknown winners or a model "
+            "battling "
             f"itself (first at line {judged.skipped_bad[0]}).",
             err=True,
         )
@@ -156,7 +158,8 @@ def _full_rows(table: Any, qa: Any) -> list[dict[str, str]]:
         rows.append(row)
     if missing:
         raise EloFileError(
-            f"{len(missing)} battles lack an answer (first at line {missing[0]} of {table.path}); "
+            f"{plural(len(missing), 'battle')} {'lacks' if len(missing) == 1 else 'lack'} an "
+            f"answer (first at line {missing[0]} of {table.path}); "
             "fill the answers with `lmd elo answer` first."
         )
     return rows
@@ -242,12 +245,14 @@ def register(cli: click.Group) -> None:
         reference = read_table(order_from) if order_from else None
         result = run(qa, tables, shuffle, seed, reference)
         write_table(output, ARRANGE_COLUMNS, result.battles)
-        note = f"Arranged {len(result.battles)} battles"
+        note = f"Arranged {plural(len(result.battles), 'battle')}"
         if result.already:
-            note += f"; {result.already} pairs were arranged already"
+            were = "was" if result.already == 1 else "were"
+            note += f"; {plural(result.already, 'pair')} {were} arranged already"
         if result.unavailable:
             note += (
-                f"; {len(result.unavailable)} battles of {order_from} have no answers here "
+                f"; {plural(len(result.unavailable), 'battle')} of {order_from} "
+                f"{'has' if len(result.unavailable) == 1 else 'have'} no answers here "
                 f"(first at line {result.unavailable[0]})"
             )
         click.echo(note + ".", err=True)
@@ -265,17 +270,10 @@ def register(cli: click.Group) -> None:
         """Ask MODEL every question it has not answered yet; resumable."""
         from .answers import answer_questions, merge
         from .backends import resolve
-        from .files import QA, read_qa, read_questions, read_table, write_qa
+        from .files import read_qa, read_question_source, write_qa
 
         settings = load_settings(home)
-        if str(questions_file).endswith(".json"):
-            given = read_qa(questions_file)
-        else:
-            table = read_table(questions_file)
-            given = read_qa(questions_file) if "question" in table.columns else None
-            if given is None:
-                given = QA(read_questions(questions_file), [], {})
-        qa = given
+        qa = given = read_question_source(questions_file, lambda said: click.echo(said, err=True))
         if output.exists() and output.resolve() != Path(questions_file).resolve():
             qa = merge(read_qa(output), given)
         endpoint = resolve(model, settings, models_file)
@@ -286,11 +284,11 @@ def register(cli: click.Group) -> None:
             save=lambda q: write_qa(output, q),
             system=system,
         )
-        click.echo(f"{model} answered {run.answered} of {run.asked} questions.", err=True)
+        click.echo(f"{model} answered {run.answered} of {plural(run.asked, 'question')}.", err=True)
         if run.failures:
             question, why = run.failures[0]
             raise LmdError(
-                f"{len(run.failures)} questions got no answer (first: {why}); "
+                f"{plural(len(run.failures), 'question')} got no answer (first: {why}); "
                 "run the same command again to retry them."
             )
 
@@ -332,13 +330,16 @@ def register(cli: click.Group) -> None:
             rows, endpoint, todo, concurrency or settings["elo_concurrency"], save, prompt
         )
         click.echo(
-            f"{endpoint.name} judged {run.judged} battles ({run.invalid} without a usable "
-            f"verdict); {len(rows) - len(todo)} were judged before.",
+            f"{endpoint.name} judged {plural(run.judged, 'battle')} ({run.invalid} without a "
+            f"usable verdict); {len(rows) - len(todo)} "
+            f"{'was' if len(rows) - len(todo) == 1 else 'were'} judged before.",
             err=True,
         )
         if run.failures:
             raise LmdError(
-                f"{len(run.failures)} battles were not judged (first: {run.failures[0][1]}); "
+                f"{plural(len(run.failures), 'battle')} "
+                f"{'was' if len(run.failures) == 1 else 'were'} not judged "
+                f"(first: {run.failures[0][1]}); "
                 "run the same command again to retry them."
             )
 
@@ -432,7 +433,8 @@ def register(cli: click.Group) -> None:
                 click.echo(f"{name:<24} {st['battles']:>8} {agree:>7} {first:>14}")
         if failures:
             raise LmdError(
-                f"{failures} battles were not re-judged; run the same command with -o to resume."
+                f"{plural(failures, 'battle')} {'was' if failures == 1 else 'were'} not re-judged; "
+                "run the same command with -o to resume."
             )
 
     @elo.command()
@@ -547,7 +549,7 @@ def register(cli: click.Group) -> None:
             board, battles, ratings, judged.rows, opts.params, title, str(battles_file), qa
         )
         write_text(output, page)
-        click.echo(f"Wrote {output} ({len(judged.rows)} battles).", err=True)
+        click.echo(f"Wrote {output} ({plural(len(judged.rows), 'battle')}).", err=True)
 
     @elo.command()
     @click.argument("battles_file", type=click.Path(dir_okay=False, path_type=Path))
@@ -629,7 +631,7 @@ def register(cli: click.Group) -> None:
             n = add_battles(store, judged.rows)
         finally:
             store.close()
-        click.echo(f"Imported {n} battles.")
+        click.echo(f"Imported {plural(n, 'battle')}.")
 
     @elo.command()
     @click.argument("source", type=click.Path(dir_okay=False, path_type=Path))
@@ -644,7 +646,10 @@ def register(cli: click.Group) -> None:
 
         qa = read_qa(source)
         write_qa(target, qa)
-        click.echo(f"Wrote {len(qa.questions)} questions and {len(qa.models)} models to {target}.")
+        click.echo(
+            f"Wrote {plural(len(qa.questions), 'question')} and "
+            f"{plural(len(qa.models), 'model')} to {target}."
+        )
 
 
 def _prompt(path: Path) -> str:

@@ -118,6 +118,9 @@ class ScoreConfig:
     cache: bool = True
     timeout: float = 60.0
     retries: int = 2
+    # Where the endpoint came from, named in errors so the user fixes the right knob:
+    # "SERVER_URL in the .env file", "lm_score_endpoint", "openai_chat_endpoint", ...
+    endpoint_source: str = "openai_chat_endpoint"
 
     def fingerprint(self) -> dict:
         """What changes an answer (the cache key), without secrets or speed knobs."""
@@ -179,6 +182,7 @@ def resolve(
 
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {s.name: settings[s.name] for s in SETTINGS}
+    sources = {s.name: env_name(s.name) if env.get(env_name(s.name)) else s.name for s in SETTINGS}
     overrides = original_overrides(env, cwd)
     for key, (raw, where) in overrides.items():
         name = ORIGINAL_KEYS.get(key)
@@ -188,8 +192,18 @@ def resolve(
             values[name] = settings.spec(name).parse(raw)
         except SettingError as e:
             raise SettingError(f"{key} in {where}: {e}") from None
+        sources[name] = f"{key} in {where}"
     endpoint = values["lm_score_endpoint"]
+    if endpoint:
+        source = sources["lm_score_endpoint"]
+    elif env.get("LMD_OPENAI_CHAT_ENDPOINT"):
+        source = "LMD_OPENAI_CHAT_ENDPOINT"
+    elif env.get("OPENAI_BASE_URL"):
+        source = "OPENAI_BASE_URL"
+    else:
+        source = "openai_chat_endpoint"
     return ScoreConfig(
+        endpoint_source=source,
         endpoint=base_url(endpoint) if endpoint else endpoint_from(settings, env),
         api_key=overrides["API_TOKEN"][0] if "API_TOKEN" in overrides else api_key(env),
         model=values["lm_score_model"] or settings["openai_model"],

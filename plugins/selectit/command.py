@@ -12,16 +12,20 @@ import click
 
 from daemon.errors import LmdError
 from daemon.paths import refuse_overwrite
+from daemon.words import plural
 
 
-def default_output(dataset: Path) -> Path:
-    """alpaca.jsonl -> alpaca.selectit.jsonl, beside the input."""
+def default_output(dataset: Path, scorer: str | None = None) -> Path:
+    """alpaca.jsonl -> alpaca.selectit.jsonl beside the input; a `name` from the YAML file
+    names it instead: alpaca.SelectitTokenScorer.jsonl."""
+    from .output import file_part
+
     name = dataset.name
     for suffix in (".jsonl", ".json"):
         if name.lower().endswith(suffix):
             name = name[: -len(suffix)]
             break
-    return dataset.with_name(name + ".selectit.jsonl")
+    return dataset.with_name(f"{name}.{file_part(scorer) if scorer else 'selectit'}.jsonl")
 
 
 def check_paths(dataset: Path, output: Path, select_out: Path | None) -> None:
@@ -83,7 +87,7 @@ def run(**o: Any) -> int:
 
     from .config import load_yaml, resolve
     from .datasets import parse_fields, read_dataset
-    from .output import ScoresFile
+    from .output import ScoresFile, summary
     from .prompts import choose_templates, load_templates
 
     if o["top_fraction"] is not None and not 0 < o["top_fraction"] <= 1:
@@ -109,7 +113,7 @@ def run(**o: Any) -> int:
             f"(lines {shown}{more}).",
             err=True,
         )
-    output = o["output"] or default_output(o["dataset"])
+    output = o["output"] or default_output(o["dataset"], file_values.get("name"))
     check_paths(o["dataset"], output, o["select_out"])
     refuse_overwrite(o["select_out"], o["force"])
     scores = ScoresFile(output)
@@ -118,7 +122,7 @@ def run(**o: Any) -> int:
     todo = [s for s in dataset.samples if s.key not in scores.done]
     progress = sys.stderr.isatty() if o["progress"] is None else o["progress"]
     started = time.monotonic()
-    stats = {"scored": 0, "bounded": 0, "unrated": 0}
+    stats = {"scored": 0, "bounded": 0, "unrated": 0, "truncated": 0, "removed": 0, "skipped": 0}
     import asyncio  # here, not at the top: `lmd --help` imports this module
 
     try:
@@ -128,7 +132,7 @@ def run(**o: Any) -> int:
     except KeyboardInterrupt:
         scores.close()
         click.echo(
-            f"selectit: interrupted; {len(scores.done)} scores are saved in {output}. "
+            f"selectit: interrupted; {saved(len(scores.done))} in {output}. "
             "Run the same command again to resume.",
             err=True,
         )
@@ -138,31 +142,20 @@ def run(**o: Any) -> int:
         if not scores.done:
             raise
         raise LmdError(
-            f"{e.message} {len(scores.done)} scores are saved in {output}; run the same command "
+            f"{e.message} {saved(len(scores.done))} in {output}; run the same command "
             "again to resume."
         ) from None
     scores.put_in_order(s.key for s in dataset.samples)
-    elapsed = time.monotonic() - started
     missing = sum(not s.valid for s in dataset.samples)
-    rate = stats["scored"] / elapsed if elapsed > 0 else 0.0
-    line = (
-        f"selectit: {len(dataset.samples)} samples, {stats['scored']} scored now "
-        f"({rate:.1f}/s), {before} from an earlier run; {missing} missing instruction or "
-        f"output scored 3.0"
-    )
-    if stats["bounded"]:
-        line += f"; {stats['bounded']} ratings were absent from the top logprobs and bounded"
-    click.echo(line + f". Scores: {output}", err=True)
-    if stats["unrated"]:
-        click.echo(
-            f"selectit: warning: {stats['unrated']} prompts had no rating 1-5 among the top "
-            "logprobs, so they count as 3.0; check that the model answers with a digit (try "
-            "--api completions with a base model, or other rating prompts).",
-            err=True,
-        )
+    for line in summary(
+        cfg, stats, len(dataset.samples), before, missing, time.monotonic() - started, output
+    ):
+        click.echo(line, err=True)
     if o["top_fraction"] is not None:
         kept = select_best(dataset, scores.done, o["top_fraction"], o["select_out"])
-        click.echo(f"selectit: kept the best {kept} records in {o['select_out']}.", err=True)
+        click.echo(
+            f"selectit: kept the best {plural(kept, 'record')} in {o['select_out']}.", err=True
+        )
     return 0
 
 
@@ -197,6 +190,9 @@ async def score_into(
             stats["scored"] += 1
             stats["bounded"] += sum(r.absent for r in result.ratings)
             stats["unrated"] += sum(r.absent == len(r.probs) for r in result.ratings)
+            stats["truncated"] += result.truncated
+            stats["removed"] += sum(result.removed)
+            stats["skipped"] += result.skipped is not None
             bar.update(1)
     finally:
         bar.close()
@@ -208,14 +204,21 @@ def fingerprint(cfg: Any, settings: Any, templates: list[str]) -> dict:
     """What decides the numbers (templates: the whole prompt file): a resume must match."""
     import hashlib
 
-    from .raters import openai_model
+    from .raters import local_model, openai_model
 
     local = cfg.backend == "transformers"
     prompts = hashlib.sha256("\n".join(templates).encode()).hexdigest()[:16]
-    out = {"backend": cfg.backend, "model": cfg.model if local else openai_model(cfg, settings)}
+    out = {
+        "backend": cfg.backend,
+        "model": local_model(cfg) if local else openai_model(cfg, settings),
+    }
     out.update({"k": cfg.k, "alpha": cfg.alpha, "prompts": prompts, "max_length": cfg.max_length})
     out.update({} if local else {"api": cfg.api})
     return out
+
+
+def saved(n: int) -> str:
+    return f"{n} score{'' if n == 1 else 's'} {'is' if n == 1 else 'are'} saved"
 
 
 def select_best(dataset: Any, done: dict, fraction: float, path: Path) -> int:
@@ -225,7 +228,7 @@ def select_best(dataset: Any, done: dict, fraction: float, path: Path) -> int:
     ranked = [
         (done[s.key]["score"], i, s)
         for i, s in enumerate(dataset.samples)
-        if s.valid and s.key in done
+        if s.valid and s.key in done and "skipped" not in done[s.key]
     ]
     ranked.sort(key=lambda t: (-t[0], t[1]))
     keep = max(1, math.floor(fraction * len(ranked))) if ranked else 0

@@ -181,3 +181,50 @@ def test_original_env_keys_send_scoring_to_a_separate_backend(make_client, backe
         assert headers["authorization"] == "Bearer sk-scoring"
         assert sent.body["model"] == "qwen3-scorer" and sent.body["continue_final_message"]
         assert backend.requests == []  # the daemon's own backend was not used
+
+
+@pytest.mark.parametrize(
+    "where,names",
+    [
+        ("env", "SERVER_URL in the environment"),
+        ("dotenv", "SERVER_URL in the .env file"),
+        ("table", "lm_score_endpoint"),
+        ("lmd-env", "LMD_LM_SCORE_ENDPOINT"),
+    ],
+)
+def test_an_unreachable_scoring_backend_is_named_by_what_set_it(
+    make_client, backend, monkeypatch, tmp_path, where, names
+):
+    """Issue 14: with SERVER_URL unreachable the error named openai_chat_endpoint."""
+    from tests.daemons import free_port
+
+    down = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    monkeypatch.chdir(tmp_path)
+    settings = {}
+    if where == "env":
+        monkeypatch.setenv("SERVER_URL", down)
+    elif where == "dotenv":
+        (tmp_path / ".env").write_text(f"SERVER_URL={down}\n")
+    elif where == "table":
+        settings["lm_score_endpoint"] = down
+    else:
+        monkeypatch.setenv("LMD_LM_SCORE_ENDPOINT", down)
+    client = make_client(**settings)
+    r = client.post("/lm_score", json=INVOICE)
+    assert r.status_code == 502
+    assert r.json()["error"] == (
+        f"I could not reach the scoring model at {down}; check that it is running and that "
+        f"{names} is right."
+    )
+    assert "openai_chat_endpoint" not in r.text and backend.requests == []
+
+
+def test_an_unreachable_daemon_backend_is_still_openai_chat_endpoint(make_client, backend):
+    from tests.daemons import free_port
+
+    down = f"http://127.0.0.1:{free_port()}/v1"
+    client = make_client(openai_chat_endpoint=down)
+    r = client.post("/lm_score", json=INVOICE)
+    assert r.status_code == 502 and r.json()["error"].endswith(
+        "check that it is running and that openai_chat_endpoint is right."
+    )

@@ -4,7 +4,9 @@ against the real fake backend, asserting the request bodies it received."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from daemon.errors import LmdError
-from daemon.settings import Setting, SettingError, Settings
+from daemon.settings import SettingError, Settings
 from plugins.lm_score.aggregate import aggregate, average, majority
 from plugins.lm_score.cache import ScoreCache, m001_cache
 from plugins.lm_score.config import SETTINGS, resolve
@@ -64,7 +66,13 @@ def test_non_text_contents_become_text_in_a_documented_way():
     assert content_text(None) == ""
     assert content_text(True) == "true"
     assert content_text(b"caf\xc3\xa9 \xff") == "café \ufffd"
-    assert content_text(["a", 1]) == '["a", 1]'
+    # compact JSON, no spaces, exactly as SQLite's json() writes the same value
+    assert content_text(["a", 1]) == '["a",1]'
+    assert content_text({"k": [1, 2.5, None], "é": "x"}) == '{"k":[1,2.5,null],"é":"x"}'
+    sqlite = sqlite3.connect(":memory:")
+    for value in (["a", 1], {"k": [1, 2.5, None], "é": "x"}):
+        spaced = json.dumps(value, ensure_ascii=False)  # Python's default puts spaces in
+        assert content_text(value) == sqlite.execute("SELECT json(?)", [spaced]).fetchone()[0]
     assert build_prompt([None, 5, b"x"], "q?").split("Content: \n")[1].startswith("\n5\nx\n\n")
 
 
@@ -503,20 +511,6 @@ def test_a_bad_original_key_names_itself(tmp_path):
     (tmp_path / ".env").write_text("SERVER_URL=ftp://nope\n")
     with pytest.raises(SettingError, match="SERVER_URL in the .env file"):
         resolve(_settings(), {}, tmp_path)
-
-
-def test_settings_sql_block_and_readme_agree_with_the_code():
-    import re
-
-    sql = (ROOT / "settings.sql").read_text()
-    block = sql.split("-- == lm_score ==", 1)[1].split("-- ==", 1)[0]
-    rows = dict(re.findall(r"VALUES \('([^']+)', '([^']*)'\)", block))
-    assert rows == {s.name: s.dump(s.default) for s in SETTINGS}
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("<!-- lm_score -->", 1)[1].split("<!-- /lm_score -->", 1)[0]
-    for s in SETTINGS:
-        assert f"`{s.name}`" in section, s.name
-    assert isinstance(SETTINGS[0], Setting)
 
 
 def test_the_same_prompt_scored_at_once_costs_one_call(backend):
