@@ -25,14 +25,13 @@ from .core import Daemon
 from .errors import LmdError
 from .guard import Guard, same_user, token_presented
 from .settings import SettingError, refuse_if_protected
-from .speak import speak_stream, speakable, unfence, wants_raw, wants_speech
-from .turn import Outcome, run_turn
+from .speak import unfence, wants_raw, wants_speech
+from .turn import Outcome, TurnReply
 
 log = logging.getLogger("lmd.app")
 
 SESSION_NAME = re.compile(r"[\w.:@+-]{1,128}")  # used with fullmatch: "$" lets "\n" through
 MAX_PROMPT_ID = 2**63 - 1  # SQLite's largest integer; bigger ids overflow the driver
-SHUTDOWN_SENTENCE = "lmd is shutting down and stopped this request; say it again once it is back."
 
 
 class TooLarge(LmdError):
@@ -201,76 +200,41 @@ async def v1(request: Request) -> Response:
         raise LmdError("The utterance contains a NUL character; send plain text.")
     name = session_name(request, given_session)
     cwd = request.headers.get("x-cwd") or request.query_params.get("cwd")
-    if cwd and (not Path(cwd).is_absolute() or "\x00" in cwd):
-        raise LmdError("The working directory must be an absolute path.")
     # speak_plain_replies is the clients plugin's setting (absent when it is not loaded).
     plain = not wants_json(request) and not wants_stream(request)
     default = plain and daemon.settings().get("speak_plain_replies", False)
     speak = wants_speech(request.headers, request.query_params, default)
-    return await answer(request, daemon, name, text, cwd=cwd, speak=speak)
+    turn = TurnReply(daemon, name, text, stream=wants_stream(request), speak=speak, cwd=cwd)
+    if wants_stream(request):
+        await turn.start()
+        events = turn.events(LmdEvents(turn.outcome))
+        return StreamingResponse(events, media_type="text/event-stream")
+    reply = await turn.whole()
+    if wants_json(request):
+        return JSONResponse(turn.outcome.to_json())
+    if not wants_raw(request.headers, request.query_params):
+        reply = unfence(reply)  # plain text never carries markdown fences unless asked
+    return PlainTextResponse(reply if reply.endswith("\n") else reply + "\n")
 
 
-async def answer(
-    request: Request,
-    daemon: Daemon,
-    name: str,
-    text: str,
-    cwd: str | None = None,
-    mode_override: str | None = None,
-    speak: bool = False,
-) -> Response:
-    """Run a turn and reply as the client asked: plain text, JSON or server-sent events.
+class LmdEvents:
+    """/v1's server-sent events: one `data:` event per chunk, then the outcome, then [DONE]."""
 
-    With `speak`, markdown is stripped for text-to-speech (JSON gets it as `speech`).
-    """
-    outcome = Outcome(session=name)
-    streaming = wants_stream(request)
-    chunks = run_turn(daemon, name, text, outcome, streaming, cwd, mode_override)
-    if speak and streaming:
-        chunks = speak_stream(chunks)
-    if not streaming:
-        task = asyncio.current_task()
-        daemon.inflight.add(task)
-        try:
-            reply = "".join([c async for c in chunks])
-        except asyncio.CancelledError:
-            if not daemon.stopping:
-                raise
-            task.uncancel()  # our own cut (see Daemon.stop_inflight): answer with a sentence
-            raise LmdError(SHUTDOWN_SENTENCE, status=503) from None
-        finally:
-            daemon.inflight.discard(task)
-        if speak:
-            reply = speakable(reply)
-            outcome.extra = {**outcome.extra, "speech": reply}
-        if wants_json(request):
-            return JSONResponse(outcome.to_json())
-        if not wants_raw(request.headers, request.query_params):
-            reply = unfence(reply)  # plain text never carries markdown fences unless asked
-        return PlainTextResponse(reply if reply.endswith("\n") else reply + "\n")
-    # Pull the first chunk before answering, so early failures get a real HTTP status.
-    first = await anext(chunks, None)
-    return StreamingResponse(sse(first, chunks, outcome), media_type="text/event-stream")
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
 
+    def opening(self, first: str | None) -> list[str]:
+        return [] if first is None else [self.chunk(first)]
 
-async def sse(first: str | None, rest: AsyncIterator[str], outcome: Outcome) -> AsyncIterator[str]:
-    """Server-sent events: one `data:` event per chunk, then the outcome, then [DONE]."""
-    try:
-        if first is not None:
-            yield _event(first)
-        async for chunk in rest:
-            yield _event(chunk)
-        yield "event: outcome\ndata: " + json.dumps(outcome.to_json()) + "\n\n"
-    except LmdError as e:
-        yield "event: error\ndata: " + json.dumps(e.to_json()) + "\n\n"
-    finally:
-        await rest.aclose()
-    yield "data: [DONE]\n\n"
+    def chunk(self, text: str) -> str:
+        # JSON-encode so newlines inside a chunk survive the line-based SSE framing.
+        return "data: " + json.dumps(text) + "\n\n"
 
+    def closing(self, said: str) -> list[str]:
+        return ["event: outcome\ndata: " + json.dumps(self.outcome.to_json()) + "\n\n"]
 
-def _event(chunk: str) -> str:
-    # JSON-encode so newlines inside a chunk survive the line-based SSE framing.
-    return "data: " + json.dumps(chunk) + "\n\n"
+    def error(self, e: LmdError) -> str:
+        return "event: error\ndata: " + json.dumps(e.to_json()) + "\n\n"
 
 
 # -- health, settings, history ------------------------------------------------------------

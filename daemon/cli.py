@@ -114,7 +114,8 @@ def serve(
         level=os.environ.get("LMD_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    for noisy in ("httpx", "httpcore", "openai"):  # one line per backend call is noise
+    # One line per backend call is noise.
+    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "openai"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         sys.exit(run(bind, home, token_file, peer_auth))
