@@ -15,12 +15,24 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .errors import LmdError
 
 
 class LmdGroup(click.Group):
-    """A group that loads plugin commands on first need."""
+    """A group that loads plugin commands on first need, and says an LmdError once for all.
+
+    A command (core or plugin) raises LmdError with its sentence; here it becomes that
+    sentence on stderr and exit status 1, so no command repeats the try/except.
+    """
 
     _plugins_loaded = False
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except LmdError as e:
+            click.echo(e.message, err=True)
+            ctx.exit(1)
 
     def _load_plugins(self) -> None:
         if not self._plugins_loaded:
@@ -78,7 +90,6 @@ def serve(bind: str, token: str | None, home: Path | None) -> None:
     """Run the daemon (loopback only unless a token is set)."""
     import logging
 
-    from .errors import LmdError
     from .server import serve as run
 
     logging.basicConfig(
@@ -169,8 +180,6 @@ def settings_list(as_json: bool, home: Path | None) -> None:
 @home_option
 def settings_get(name: str, as_json: bool, home: Path | None) -> None:
     """One setting's value (with its type, default and help under --json)."""
-    from .errors import LmdError
-
     _, _, s = open_daemon_state(home)
     try:
         row = s.describe([name])[0]
@@ -194,8 +203,6 @@ def settings_set(name: str, value: str, as_json: bool, home: Path | None) -> Non
 
 def _change_setting(home: Path | None, name: str, value: str | None, as_json: bool) -> None:
     """Store a new value (None: the default) and show the result."""
-    from .errors import LmdError
-
     _, store, s = open_daemon_state(home)
     try:
         spec = s.spec(name)
