@@ -134,9 +134,8 @@ def merge_command(
     from .shards import merge_parts
 
     check_top(top_fraction, select_out)
-    refuse_overwrite(output, force)
     refuse_overwrite(select_out, force)
-    data, done, count = merge_parts(output, list(parts), dataset)
+    data, done, count = merge_parts(output, list(parts), dataset, force)
     click.echo(f"selectit: merged {count} parts, {len(data.samples)} scores in {output}.", err=True)
     if top_fraction is not None:
         kept = select_best(data, done, top_fraction, select_out)

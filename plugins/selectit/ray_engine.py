@@ -4,8 +4,9 @@ The driver reads and checks the dataset with lmd's own reader (ids, order, resum
 clear errors live there), turns the samples still to score into a Ray Dataset and streams it
 through `map_batches(RaterWorker, compute=ActorPoolStrategy(size=N))`. Results come back as
 batches finish and go into the scores file at once, so a stop loses at most the batches in
-flight. Ray restarts a worker that dies and retries its batch (a bounded number of times); a
-sample whose rating fails comes back with its error and is reported by id, never written.
+flight. Ray restarts a worker that dies and retries its batch (Ray Data's actor-pool default,
+without a limit); a sample whose rating fails comes back with its error and is reported by
+its id, never written.
 `pip install 'lmd[ray]'`; ray is imported only here.
 """
 
@@ -29,7 +30,6 @@ from .scoring import Rating
 # Tests: the path of a file; the first worker that removes it after its first batch dies
 # with os._exit, as a crashed or OOM-killed worker would.
 CRASH_ONCE = "LMD_SELECTIT_RAY_CRASH_ONCE"
-RETRIES = 3  # restarts of a dead worker, and retries of its batch, before the run stops
 
 
 @dataclass(frozen=True)
@@ -206,8 +206,6 @@ def score_with_ray(
             batch_size=run.batch_size,
             batch_format="numpy",
             num_gpus=plan.gpus_per_worker or None,
-            max_restarts=RETRIES,
-            max_task_retries=RETRIES,
         )
         try:
             for out in rated.iter_batches(batch_size=None, batch_format="numpy"):

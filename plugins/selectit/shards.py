@@ -66,7 +66,8 @@ def _read_parts(output: Path, files: list[Path]) -> tuple[dict, dict[int, Scores
                 "they split the data differently; merge the parts of one run."
             )
         changed = [
-            f"{key} {common.get(key)!r} there, {value!r} here"
+            f"{key} {value!r} in {scores.path.name}, {common.get(key)!r} in "
+            f"{first_scores.path.name}"
             for key, value in meta.items()
             if key != "shard" and common.get(key) != value
         ]
@@ -110,15 +111,18 @@ def _dataset_file(meta: dict, override: Path | None) -> Path:
 
 
 def merge_parts(
-    output: Path, files: list[Path], dataset_override: Path | None = None
+    output: Path, files: list[Path], dataset_override: Path | None = None, force: bool = False
 ) -> tuple[object, dict[str, dict], int]:
     """Write OUT (and its meta) from the parts; returns (dataset, rows by id key, parts)."""
+    from daemon.paths import refuse_overwrite
+
     from .datasets import parse_fields, read_dataset
 
     meta, parts, count = _read_parts(output, files)
     path = _dataset_file(meta, dataset_override)
     if output.resolve() == path.resolve():
         raise LmdError(f"The output {output} is the dataset itself; give another file.")
+    refuse_overwrite(output, force)
     source = meta["dataset"]
     dataset = read_dataset(path, parse_fields(source["fields"] or None), source["skip_bad_lines"])
     known = {s.key for s in dataset.samples}
