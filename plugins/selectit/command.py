@@ -272,7 +272,7 @@ def run(**o: Any) -> int:
     if stats["failed"]:
         failed = stats["failed"]
         sample, why = failed[0]
-        if len({w for _, w in failed}) == 1 and len(failed) == len(todo):
+        if len({w for _, w in failed}) == 1 and len(failed) == sum(s.valid for s in todo):
             raise LmdError(why)  # one cause for everything (the model did not load): say it once
         raise LmdError(
             f"{len(failed)} samples could not be scored and are not in {output} (first: id "

@@ -129,8 +129,6 @@ def _connect(ray: Any, plan: RayPlan) -> bool:
     """Join the session already open (tests, notebooks) or start one; True if we started it."""
     if ray.is_initialized():
         return False
-    for name in ("ray", "ray.data"):
-        logging.getLogger(name).setLevel(logging.ERROR)
     try:
         ray.init(
             address=plan.address,
@@ -182,11 +180,15 @@ def score_with_ray(
     run = RayRun(failures=[])
     if not samples:
         return run
+    # Ray Data's notes (execution plans, "progress bars disabled") would bury our lines;
+    # errors still show, and so do the raylet's notices of a worker that died.
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
     started = _connect(ray, plan)
     bar = tqdm(total=len(samples), unit="sample", file=sys.stderr, disable=not progress)
     try:
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False  # one bar for the whole job: ours
+        context.enable_operator_progress_bars = False
         context.print_on_execution_start = False
         run.workers = _workers(ray, plan, len(samples))
         # Batches small enough that every worker gets several (balance, and little to redo
