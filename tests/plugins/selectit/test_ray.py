@@ -42,9 +42,7 @@ def ray_session(tmp_path_factory):
     import logging
 
     started = time.monotonic()
-    ray.init(
-        num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False
-    )
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     print(f"ray.init took {time.monotonic() - started:.1f} s")
     try:
         yield marker
@@ -92,7 +90,8 @@ def test_ray_gives_the_local_scores_and_resumes(ray_session, tiny, home, backend
     lines = local.read_text().splitlines(keepends=True)
     out.write_text("".join(lines[:10]))
     started = time.monotonic()
-    r = run_cli(home, data, "-o", out, *local_args(tiny / "llama"), "--engine", "ray", "--workers", 2)
+    ray_args = ["--engine", "ray", "--workers", 2]
+    r = run_cli(home, data, "-o", out, *local_args(tiny / "llama"), *ray_args)
     print(f"--engine ray run took {time.monotonic() - started:.1f} s")
     assert r.exit_code == 0, r.stderr
     assert "Ray scored with 2 workers" in r.stderr
