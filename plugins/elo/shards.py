@@ -191,6 +191,11 @@ def read_parts(output: Path, files: list[Path]) -> tuple[dict, dict[int, Path], 
                 f"{f} is not the output of a part (it has no {record_path(f).name}); give "
                 "the files written by `lmd elo answer|judge --shard I/N`."
             )
+        if not _ends_whole(f):
+            raise LmdError(
+                f"The part {f} ends in a cut-off line (lmd writes whole lines); copy it again "
+                "from where its part ran, or run that part again."
+            )
         records.append((f, record))
     first_file, first = records[0]
     count = int(first["part"].split("/")[1])
@@ -203,8 +208,12 @@ def read_parts(output: Path, files: list[Path]) -> tuple[dict, dict[int, Path], 
                 f"{first_file} part {first['part']} of an `lmd elo {first['kind']}` run; "
                 "merge the parts of one run."
             )
-        changed = _differences(first["run"], record["run"]) + [
-            f"{INPUT_NAMES[name]} {'changed' if first['inputs'].get(name) else 'added'}"
+        changed = [
+            f"{key} {value!r} in {f.name}, {first['run'].get(key)!r} in {first_file.name}"
+            for key, value in record["run"].items()
+            if first["run"].get(key) != value
+        ] + [
+            f"another {INPUT_NAMES[name]}"
             for name, value in record["inputs"].items()
             if (value or {}).get("sha256") != (first["inputs"].get(name) or {}).get("sha256")
         ]
@@ -227,6 +236,16 @@ def read_parts(output: Path, files: list[Path]) -> tuple[dict, dict[int, Path], 
             f"{'it' if len(missing) == 1 else 'them'} and give every part's output."
         )
     return first, by_index, count
+
+
+def _ends_whole(path: Path) -> bool:
+    """Parts are written whole (temp file + rename), ending in a newline."""
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        if fh.tell() == 0:
+            return True
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
 
 
 def _input_file(record: dict, name: str, override: Path | None) -> Path | None:
