@@ -266,11 +266,23 @@ def _input_file(record: dict, name: str, override: Path | None) -> Path | None:
     return path
 
 
+def _existing(output: Path, read: Any, what: str) -> Any:
+    """Read the existing OUT (a merge adds to it, as the single run does), or one sentence."""
+    try:
+        return read(output)
+    except EloFileError as e:
+        raise LmdError(
+            f"{output} exists and is not {what} to merge into ({e.message.rstrip('.')}); give "
+            "another file, or move it away."
+        ) from None
+
+
 def merge_parts(
     output: Path, files: list[Path], input_file: Path | None, qa_file: Path | None
 ) -> str:
     """Write the merged file; returns the sentence to print."""
     record, parts, count = read_parts(output, files)
+    check_single_output(output)  # OUT may not be some part's own file
     if record["kind"] == "answer":
         return _merge_answers(output, record, parts, count, input_file)
     return _merge_verdicts(output, record, parts, count, input_file, qa_file)
@@ -288,7 +300,7 @@ def _merge_answers(
     asked = set(given.questions)
     qa = given
     if output.exists() and output.resolve() != source.resolve():
-        qa = merge(read_qa(output), given)
+        qa = merge(_existing(output, read_qa, "a Q&A file"), given)
     model = record["run"]["model"]
     qa.add_model(model)
     answers: dict[int, QA] = {}
@@ -372,7 +384,7 @@ def _merge_verdicts(
                     "another battles file."
                 )
         verdicts += part.rows
-    earlier, todo = resume_rows(rows, output, judge)
+    earlier, todo = _existing(output, lambda out: resume_rows(rows, out, judge), "judged battles")
     picked = [rows[i] for i in todo]
     _, missing = copy_verdicts(picked, verdicts, judge)
     if missing:

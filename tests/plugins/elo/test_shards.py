@@ -232,6 +232,14 @@ def test_merge_refuses_mixed_runs_and_strangers(answer_parts, home, backend):
     write_csv(d / "mine.csv", ["question", "alpha-7b"], [["q", "a"]])
     refused(merge(home, d / "m.csv", p1, p2, d / "mine.csv"), "is not the output of a part")
     refused(merge(home, p1, p1, p2, p3), f"{p1} is one of the parts; merge into another file")
+    (d / "notes.csv").write_text("my notes\n")
+    refused(
+        merge(home, d / "notes.csv", p1, p2, p3),
+        "notes.csv exists and is not a Q&A file to merge into (",
+    )
+    assert (d / "notes.csv").read_text() == "my notes\n"
+    ok(answer(home, d / "questions.csv", "beta-13b", d / "other-part.csv", "--shard", "1/2"))
+    refused(merge(home, d / "other-part.csv", p1, p2, p3), "holds part 1/2 of a sharded run")
     # a part cut short (a copy interrupted mid-line)
     text = p2.read_text()
     p2.write_text(text[:-7])
