@@ -50,6 +50,7 @@ class SelectitGroup(click.Group):
 @click.group(
     "selectit",
     cls=SelectitGroup,
+    options_metavar="",
     subcommand_metavar="DATASET [OPTIONS] | merge OUT PART... [OPTIONS]",
 )
 def selectit_group() -> None:
