@@ -57,15 +57,16 @@ def _input(path: Path | None) -> dict | None:
 
 
 # -- the parts' records ---------------------------------------------------------------------
+# Which server answered is not part of a run's identity: parts may run against different
+# replicas of one model (and a re-run may land on another); the model and prompt are.
 def answer_record(part: Shard, questions: Path, endpoint: Any, system: str) -> dict:
-    run = {"model": endpoint.name, "base_url": endpoint.base_url, "model_id": endpoint.model}
+    run = {"model": endpoint.name, "model_id": endpoint.model}
     run["system_prompt"] = _short_hash(system)
     return _record("answer", part, run, {"questions": _input(questions)})
 
 
 def judge_record(part: Shard, battles: Path, qa: Path | None, endpoint: Any, prompt: str) -> dict:
-    run = {"judge": endpoint.name, "base_url": endpoint.base_url, "model_id": endpoint.model}
-    run["prompt"] = _short_hash(prompt)
+    run = {"judge": endpoint.name, "model_id": endpoint.model, "prompt": _short_hash(prompt)}
     return _record("judge", part, run, {"battles": _input(battles), "qa": _input(qa)})
 
 

@@ -1,4 +1,5 @@
-"""`lmd selectit`: score a dataset, resumably, and optionally keep its best fraction."""
+"""`lmd selectit`: score a dataset (here or on Ray, whole or one part), resumably; merge the
+parts of a sharded run; keep the best fraction."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ class SelectitGroup(click.Group):
     merge OUT PART...` merges the parts of a sharded run."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+        if args and args[0] not in self.commands and args[0] != "--help":
             args = ["score", *args]
         return super().parse_args(ctx, args)
 
