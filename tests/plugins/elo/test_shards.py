@@ -16,7 +16,7 @@ import pytest
 from daemon.shards import part_of
 from plugins.elo.shards import battle_identity
 from tests.daemons import ROOT
-from tests.fake_backend import Reply
+from tests.fake_backend import FakeBackend, Reply
 
 from .conftest import JUDGE, arena_handler, is_judge_request, lmd, models_file, read_csv, write_csv
 
@@ -110,11 +110,17 @@ def test_an_answer_part_resumes_and_merge_waits_for_it(arena, home, backend):
         f"run part {failed}/2 again (they resume), then merge.",
     )
     assert not (d / "m.csv").exists()
-    backend.handler = good
     backend.clear()
-    ok(answer(home, d / "questions.csv", "alpha-7b", parts[failed - 1], "--shard", f"{failed}/2"))
-    assert asked(backend) == [QUESTIONS[6]]  # only what the part lacked
+    # the part runs again against another replica of the model: the same run, resumed
+    with FakeBackend() as replica:
+        replica.handler = good
+        models_file(d / "replica.yaml", replica, MODELS)
+        again = ["--shard", f"{failed}/2", "--models", d / "replica.yaml"]
+        ok(answer(home, d / "questions.csv", "alpha-7b", parts[failed - 1], *again))
+        assert asked(replica) == [QUESTIONS[6]]  # only what the part lacked
+    assert backend.requests == []
     ok(merge(home, d / "m.csv", *parts))
+    backend.handler = good
     ok(answer(home, d / "questions.csv", "alpha-7b", d / "single.csv"))
     assert (d / "m.csv").read_bytes() == (d / "single.csv").read_bytes()
 
