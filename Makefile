@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: install run test test-pyz lint bench clean
+.PHONY: install run test test-pyz lint docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,9 +27,17 @@ run: $(STAMP)
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest
 
+# Generated parts of settings.sql and docs/ (settings, CLI help, the sample plugin) come from
+# the code through cog: `make docs` rewrites them, `make lint` fails while one is stale.
+COG_FILES := settings.sql README.md $(wildcard docs/*.md)
+
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/cog -I docs --check --diff --check-fail-msg='run make docs' $(COG_FILES)
+
+docs: $(TEST_STAMP)
+	$(BIN)/cog -I docs -r $(COG_FILES)
 
 bench: $(TEST_STAMP)
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

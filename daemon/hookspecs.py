@@ -1,4 +1,4 @@
-"""The plugin contract. Each hook is documented in full once, in the README."""
+"""The plugin contract. Each hook is documented in full once, in docs/plugins.md."""
 
 from pluggy import HookimplMarker, HookspecMarker
 

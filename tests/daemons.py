@@ -121,7 +121,34 @@ def say(url: str, session: str, text: str, timeout: float = 30.0) -> tuple[int, 
         return 0, str(e), "connection"
 
 
-# -- throwaway plugins --------------------------------------------------------------------------
+# -- throwaway plugins
+SAMPLE_PLUGIN = ROOT / "tests" / "sample_plugin"  # a complete third-party plugin
+
+
+def echo_plugin_manager():
+    """The built-in plugins plus the sample plugin, registered in-process."""
+    import importlib.util
+
+    from daemon.plugins import load_plugins
+
+    spec = importlib.util.spec_from_file_location("lmd_echo", SAMPLE_PLUGIN / "lmd_echo.py")
+    lmd_echo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lmd_echo)
+    pm = load_plugins()
+    pm.register(lmd_echo, name="echo")
+    return pm
+
+
+def install_sample(site: Path) -> None:
+    """Install the sample plugin the way pip would: a module plus a dist-info entry point."""
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "lmd_echo.py").write_text((SAMPLE_PLUGIN / "lmd_echo.py").read_text())
+    info = site / "lmd_echo-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lmd-echo\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[lmd]\necho = lmd_echo\n")
+
+
 def plugin_module(name: str, source: str) -> types.ModuleType:
     """An in-process plugin module from source (register it with pm.register(module))."""
     module = types.ModuleType(name)

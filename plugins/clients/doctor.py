@@ -1,7 +1,8 @@
 """`lmd doctor`: check the installation and explain each finding in a sentence.
 
-Checks: database path and integrity, invalid settings, backend reachable (and its models),
-logprobs support, the tokenizer in use, the bind/token policy, a running daemon, plugins.
+Checks: other distributions owning lmd's import names, plugins, database path and integrity,
+invalid settings, backend reachable (and its models), logprobs support, the tokenizer in use,
+the bind/token policy, a running daemon.
 A "fail" makes the exit code 1; a "warn" does not (it limits a feature, lmd still works).
 """
 
@@ -10,14 +11,21 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import sqlite3
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 OK, WARN, FAIL = "ok", "warn", "fail"
+
+# lmd's import packages have generic names: another distribution that installs one of them
+# (python-daemon installs `daemon`) overwrites lmd's files, or lmd overwrites its, in a
+# shared environment. pipx or uv give lmd an environment of its own.
+LMD_PACKAGES = ("daemon", "plugins")
 
 
 @dataclass
@@ -25,6 +33,37 @@ class Finding:
     check: str
     status: str  # ok, warn or fail
     message: str
+
+
+def check_package_names(providers: Mapping[str, list[str]] | None = None) -> Finding:
+    """No other installed distribution provides `daemon` or `plugins` (lmd's import names).
+
+    `providers` maps import names to distributions (importlib.metadata's
+    packages_distributions(), read here so the client path never imports it).
+    """
+    if providers is None:
+        from importlib.metadata import packages_distributions
+
+        providers = packages_distributions()
+    clashes = []
+    for package in LMD_PACKAGES:
+        others = {d for d in providers.get(package, []) if _dist_key(d) != "lmd"}
+        clashes += [f"{other} installs `{package}`" for other in sorted(others)]
+    if clashes:
+        return Finding(
+            "packages",
+            WARN,
+            f"Another distribution uses lmd's import names ({'; '.join(clashes)}), so one "
+            "replaces or hides the other in this environment. Install lmd on its own with "
+            "`pipx install .` or `uv tool install .` from its clone.",
+        )
+    return Finding(
+        "packages", OK, "No other installed distribution provides `daemon` or `plugins`."
+    )
+
+
+def _dist_key(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def check_database(path: Path) -> tuple[Finding, dict[str, str]]:
@@ -248,7 +287,7 @@ def run_checks(home: Path, offline: bool = False, environ: dict | None = None) -
 
     env = dict(os.environ if environ is None else environ)
     pm = get_plugin_manager()
-    findings = [check_plugins(pm)]
+    findings = [check_package_names(), check_plugins(pm)]
     registry = collect(pm)
     db, stored = check_database(home / "lmd.db")
     findings.append(db)

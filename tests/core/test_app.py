@@ -85,7 +85,7 @@ def test_server_sent_events_stream_chunks_and_end_with_done(client, backend):
 
 
 def test_a_directive_alone_switches_mode_and_later_utterances_follow_it(make_client, backend):
-    from test_plugins import echo_plugin_manager
+    from tests.daemons import echo_plugin_manager
 
     client = make_client(pm=echo_plugin_manager())
     r = client.post("/v1", content="Echo.", headers=JSON)
@@ -99,7 +99,7 @@ def test_a_directive_alone_switches_mode_and_later_utterances_follow_it(make_cli
 
 
 def test_idle_session_falls_back_to_default_prompt(make_client, backend, home):
-    from test_plugins import echo_plugin_manager
+    from tests.daemons import echo_plugin_manager
 
     client = make_client(pm=echo_plugin_manager())
     client.post("/v1", content="echo hi")

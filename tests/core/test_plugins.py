@@ -3,32 +3,8 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-from daemon.plugins import load_plugins
-from tests.daemons import ROOT
-
-SAMPLE = ROOT / "tests" / "sample_plugin"
-
-
-def echo_plugin_manager():
-    """The built-in plugins plus the sample plugin, registered in-process."""
-    sys.path.insert(0, str(SAMPLE))
-    import lmd_echo
-
-    pm = load_plugins()
-    pm.register(lmd_echo, name="echo")
-    return pm
-
-
-def install_sample(site: Path) -> None:
-    """Install the sample plugin the way pip would: a module plus a dist-info entry point."""
-    site.mkdir(parents=True, exist_ok=True)
-    (site / "lmd_echo.py").write_text((SAMPLE / "lmd_echo.py").read_text())
-    info = site / "lmd_echo-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lmd-echo\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[lmd]\necho = lmd_echo\n")
+from tests.daemons import ROOT, echo_plugin_manager, install_sample
 
 
 def test_in_process_mode_route_and_setting(make_client, backend):

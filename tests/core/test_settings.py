@@ -1,7 +1,6 @@
 """Settings: typed values, clear refusals, env overrides, settings.sql, CLI and HTTP."""
 
 import json
-import re
 import subprocess
 import sys
 
@@ -32,12 +31,6 @@ SEED_DEFAULTS = {
 }
 
 
-def sql_defaults() -> dict[str, str]:
-    text = (ROOT / "settings.sql").read_text()
-    pairs = re.findall(r"VALUES \('([a-z0-9_]+)', '((?:[^']|'')*)'\);", text)
-    return {name: value.replace("''", "'") for name, value in pairs}
-
-
 def builtin_specs():
     return collect(get_plugin_manager()).specs
 
@@ -48,26 +41,6 @@ def test_all_eighteen_seed_settings_exist_with_the_original_defaults():
         assert specs[name].default == value, name
     assert "openai_model" in specs and specs["openai_model"].default != "gpt-3.5-turbo"
     assert specs["openai_chat_endpoint"].default.endswith("/chat/completions")
-
-
-def test_settings_sql_lists_every_builtin_setting_with_the_declared_default():
-    specs, sql = builtin_specs(), sql_defaults()
-    assert set(sql) == set(specs)
-    for name, spec in specs.items():
-        assert spec.parse(sql[name]) == spec.default, name
-
-
-def test_settings_sql_has_a_comment_above_every_insert():
-    lines = (ROOT / "settings.sql").read_text().splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("INSERT"):
-            assert lines[i - 1].startswith("--"), line
-
-
-def test_every_setting_is_documented_in_the_readme():
-    readme = (ROOT / "README.md").read_text()
-    missing = [name for name in builtin_specs() if f"`{name}`" not in readme]
-    assert not missing, f"undocumented settings: {missing}"
 
 
 @pytest.mark.parametrize(

@@ -66,9 +66,9 @@ def test_service_install_writes_no_secret_anywhere(tmp_path):
     sentinel = "sk-SENTINEL-service-0123456789"
     env = {**os.environ, "OPENAI_API_KEY": sentinel, "LMD_TOKEN": sentinel + "tok"}
     target = tmp_path / "units"
-    cmd = [str(ROOT / ".venv" / "bin" / "lmd"), "service", "install", "--platform", "linux"]
+    cmd = [sys.executable, "-m", "daemon.cli", "service", "install", "--platform", "linux"]
     r = subprocess.run([*cmd, "--dir", str(target), "--no-start"], capture_output=True,
-                       text=True, timeout=60, env=env)  # fmt: skip
+                       text=True, timeout=60, env=env, cwd=ROOT)  # fmt: skip
     assert r.returncode == 0, r.stderr
     written = [p for p in target.rglob("*") if p.is_file()]
     assert written

@@ -142,3 +142,42 @@ def test_broken_plugin(home, tmp_path):
     done = doctor(home, "--offline", PYTHONPATH=str(site))
     assert done.returncode == 1
     assert "broken (RuntimeError: half installed)" in done.stdout
+
+
+def fake_distribution(site: Path, name: str, top_level: str | None, record: str = "") -> None:
+    """A distribution's metadata only (no code), as pip leaves it in site-packages."""
+    dist = site / f"{name.replace('-', '_')}-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    if top_level is not None:
+        (dist / "top_level.txt").write_text(top_level)
+    (dist / "RECORD").write_text(record)
+
+
+def test_another_distribution_with_lmds_import_names_is_a_warning(home, tmp_path):
+    """python-daemon installs `daemon` too; a plugin pack might install `plugins`."""
+    site = tmp_path / "site"
+    fake_distribution(site, "python-daemon", "daemon\n")
+    fake_distribution(site, "my-plugins", None, "plugins/__init__.py,,\nplugins/x.py,,\n")
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+    done = doctor(home, "--offline", "--json", PYTHONPATH=path)
+    assert done.returncode == 0, done.stdout + done.stderr  # a warning, not a failure
+    found = findings(done)["packages"]
+    assert found["status"] == "warn"
+    assert "python-daemon installs `daemon`" in found["message"]
+    assert "my-plugins installs `plugins`" in found["message"]
+    assert "pipx install ." in found["message"] and "uv tool install ." in found["message"]
+    # lmd itself still runs from its own files: the fake only claims the names.
+    assert findings(done)["plugins"]["status"] == "ok"
+
+
+def test_package_names_in_process(tmp_path, monkeypatch):
+    from plugins.clients.doctor import check_package_names
+
+    only_lmd = {"daemon": ["lmd"], "plugins": ["lmd"], "yaml": ["PyYAML"]}
+    assert check_package_names(only_lmd).status == "ok"
+    fake_distribution(tmp_path, "python-daemon", "daemon\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = check_package_names()  # importlib.metadata reads the fake from sys.path
+    assert found.status == "warn" and "python-daemon installs `daemon`" in found.message
+    assert "lmd installs" not in found.message  # lmd's own claim is no clash

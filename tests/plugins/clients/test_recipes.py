@@ -1,5 +1,5 @@
-"""The README's client recipes, run as written: the Vim snippet, the Python voice client, the
-shell voice loop, and the editor configurations' shape."""
+"""The client recipes of docs/clients.md, run as written: the Vim snippet, the Python voice
+client, the shell voice loop, the curl examples, and the editor configurations' shape."""
 
 from __future__ import annotations
 
@@ -21,10 +21,12 @@ LMD_DIR = str(Path(sys.executable).parent)
 ONLY = {"LMD_LOAD_PLUGINS": "dali,clients"}
 
 
-def readme_blocks(lang: str) -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("<!-- clients -->") : text.index("<!-- /clients -->")]
-    return re.findall(rf"```{lang}\n(.*?)```", section, re.S)
+CLIENTS_PAGE = ROOT / "docs" / "clients.md"
+
+
+def page_blocks(lang: str) -> list[str]:
+    """The fenced code blocks of one language on the clients page."""
+    return re.findall(rf"```{lang}\n(.*?)```", CLIENTS_PAGE.read_text(), re.S)
 
 
 def recorder(folder: Path, name: str) -> Path:
@@ -52,7 +54,7 @@ def env_for(url: str, tmp_path: Path, bin_dir: Path) -> dict:
 
 
 def test_python_voice_client(live, backend, tmp_path):
-    (script,) = [b for b in readme_blocks("python") if "espeak-ng" in b]
+    (script,) = [b for b in page_blocks("python") if "espeak-ng" in b]
     assert len(script.strip().splitlines()) <= 22
     (tmp_path / "voice.py").write_text(script)
     d = live(env=ONLY)
@@ -77,7 +79,7 @@ def test_python_voice_client(live, backend, tmp_path):
 
 
 def test_python_voice_client_speaks_errors(tmp_path):
-    (script,) = [b for b in readme_blocks("python") if "espeak-ng" in b]
+    (script,) = [b for b in page_blocks("python") if "espeak-ng" in b]
     (tmp_path / "voice.py").write_text(script)
     bins = tmp_path / "bin"
     log = recorder(bins, "espeak-ng")
@@ -92,7 +94,7 @@ def test_python_voice_client_speaks_errors(tmp_path):
 
 
 def test_shell_voice_loop(live, backend, tmp_path):
-    text = (ROOT / "README.md").read_text()
+    text = CLIENTS_PAGE.read_text()
     loop = re.search(r"`(while read -r t; do .*?done)`", text).group(1)
     d = live(env=ONLY)
     backend.queue("**Yes.**")
@@ -113,7 +115,7 @@ def test_shell_voice_loop(live, backend, tmp_path):
 
 @pytest.mark.skipif(not shutil.which("vim"), reason="vim is not installed")
 def test_vim_snippet_sends_the_selection(live, backend, tmp_path):
-    (snippet,) = readme_blocks("vim")
+    (snippet,) = page_blocks("vim")
     (tmp_path / "lmd.vim").write_text(snippet)
     source = tmp_path / "code.py"
     source.write_text("import os\ndef f(x):\n    return x * 2\nprint(f(2))\n")
@@ -140,7 +142,7 @@ def test_vim_snippet_sends_the_selection(live, backend, tmp_path):
 
 
 def test_vim_one_liner_pipeline(live, backend, tmp_path):
-    text = (ROOT / "README.md").read_text()
+    text = CLIENTS_PAGE.read_text()
     pipeline = re.search(r"`:'<,'>w !(.*?)`", text).group(1)
     d = live(env=ONLY)
     backend.queue("noted")
@@ -158,12 +160,12 @@ def test_vim_one_liner_pipeline(live, backend, tmp_path):
 
 def test_editor_configs_point_at_the_endpoint(client):
     models = {m["id"] for m in client.get("/v1/models").json()["data"]}
-    (continue_yaml,) = readme_blocks("yaml")
+    (continue_yaml,) = page_blocks("yaml")
     for model in yaml.safe_load(continue_yaml)["models"]:
         assert model["provider"] == "openai"
         assert model["apiBase"] == "http://127.0.0.1:8420/v1"
         assert model["model"] == "lmd" or model["model"].startswith("lmd-")
-    (zed,) = [b for b in readme_blocks("json") if "language_models" in b]
+    (zed,) = [b for b in page_blocks("json") if "language_models" in b]
     provider = json.loads(zed)["language_models"]["openai_compatible"]["lmd"]
     assert provider["api_url"] == "http://127.0.0.1:8420/v1"
     for model in provider["available_models"]:
@@ -175,7 +177,7 @@ def test_curl_examples_run(live, backend, tmp_path):
     if not shutil.which("curl"):
         pytest.skip("curl is not installed")
     d = live(env=ONLY)
-    (block,) = [b for b in readme_blocks("sh") if "/v1/chat/completions" in b]
+    (block,) = [b for b in page_blocks("sh") if "/v1/chat/completions" in b]
     script = block.replace("http://127.0.0.1:8420", d.url)
     backend.handler = lambda body: "an answer"
     done = subprocess.run(

@@ -145,16 +145,3 @@ def test_speak_plain_replies_setting(make_client, backend):
     assert "```python" in off
     body = c.post("/v1", content="c", headers={"Accept": "application/json"}).json()
     assert body["reply"] == FENCED and "speech" not in body
-
-
-def test_setting_is_declared_alike_in_sql_code_and_readme():
-    from daemon.core import collect
-    from daemon.plugins import get_plugin_manager
-    from tests.daemons import ROOT
-
-    spec = collect(get_plugin_manager()).specs["speak_plain_replies"]
-    sql = (ROOT / "settings.sql").read_text()
-    block = sql[sql.index("-- == clients ==") :]
-    line = "INSERT OR IGNORE INTO settings (name, value) VALUES ('speak_plain_replies', 'false');"
-    assert line in block and spec.dump(spec.default) == "false" and spec.plugin == "clients"
-    assert "`speak_plain_replies`" in (ROOT / "README.md").read_text()

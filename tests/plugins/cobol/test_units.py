@@ -228,18 +228,3 @@ def test_yes_or_no():
     assert yes_or_no("Yes.") is True and yes_or_no("go ahead") is True
     assert yes_or_no("No!") is False and yes_or_no("cancel") is False
     assert yes_or_no("focus on a.py") is None
-
-
-def test_settings_agree_with_settings_sql_and_the_readme():
-    import re
-
-    from plugins.cobol import SETTINGS
-    from tests.daemons import ROOT
-
-    sql = (ROOT / "settings.sql").read_text()
-    block = sql.split("-- == cobol ==")[1].split("-- ==")[0]
-    rows = dict(re.findall(r"VALUES \('(\w+)', '([^']*)'\)", block))
-    assert rows == {s.name: s.dump(s.default) for s in SETTINGS}
-    readme = (ROOT / "README.md").read_text().split("<!-- cobol -->")[1].split("<!-- /cobol")[0]
-    for s in SETTINGS:
-        assert f"`{s.name}`" in readme

@@ -708,22 +708,6 @@ def test_shared_arena_file(home):
     assert max(online["ratings"], key=online["ratings"].get) == "gpt-4"
 
 
-def test_settings_sql_agrees_with_the_code():
-    import re
-
-    from plugins.elo import SETTINGS
-    from tests.daemons import ROOT
-
-    sql = (ROOT / "settings.sql").read_text()
-    block = sql.split("-- == elo ==", 1)[1].split("-- == ", 1)[0]
-    found = dict(re.findall(r"VALUES \('(elo_\w+)', '([^']*)'\)", block))
-    assert set(found) == {s.name for s in SETTINGS}
-    readme = (ROOT / "README.md").read_text()
-    for s in SETTINGS:
-        assert s.parse(found[s.name]) == s.default, s.name
-        assert f"`{s.name}`" in readme, f"{s.name} is not documented in README.md"
-
-
 def test_arrange_shuffle_and_order_from(tmp_path, home):
     models = ["a", "b", "c", "d"]
     qa = write_csv(

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from daemon.errors import LmdError
-from daemon.settings import Setting, SettingError, Settings
+from daemon.settings import SettingError, Settings
 from plugins.lm_score.aggregate import aggregate, average, majority
 from plugins.lm_score.cache import ScoreCache, m001_cache
 from plugins.lm_score.config import SETTINGS, resolve
@@ -503,20 +503,6 @@ def test_a_bad_original_key_names_itself(tmp_path):
     (tmp_path / ".env").write_text("SERVER_URL=ftp://nope\n")
     with pytest.raises(SettingError, match="SERVER_URL in the .env file"):
         resolve(_settings(), {}, tmp_path)
-
-
-def test_settings_sql_block_and_readme_agree_with_the_code():
-    import re
-
-    sql = (ROOT / "settings.sql").read_text()
-    block = sql.split("-- == lm_score ==", 1)[1].split("-- ==", 1)[0]
-    rows = dict(re.findall(r"VALUES \('([^']+)', '([^']*)'\)", block))
-    assert rows == {s.name: s.dump(s.default) for s in SETTINGS}
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("<!-- lm_score -->", 1)[1].split("<!-- /lm_score -->", 1)[0]
-    for s in SETTINGS:
-        assert f"`{s.name}`" in section, s.name
-    assert isinstance(SETTINGS[0], Setting)
 
 
 def test_the_same_prompt_scored_at_once_costs_one_call(backend):

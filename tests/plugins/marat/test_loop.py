@@ -364,21 +364,6 @@ def test_promoted_prompt_survives_pruning(make_client, backend):
     assert "the weather is mild today" not in sent  # distance 4, default: pruned
 
 
-def test_settings_declared_in_sql_code_and_readme():
-    import re
-
-    from plugins.marat import SETTINGS
-    from tests.daemons import ROOT
-
-    sql = (ROOT / "settings.sql").read_text()
-    block = sql.split("-- == marat ==")[1].split("-- ==")[0]
-    rows = dict(re.findall(r"VALUES \('(\w+)', '([^']*)'\)", block))
-    assert rows == {s.name: s.dump(s.default) for s in SETTINGS}
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("<!-- marat -->")[1].split("<!-- /marat -->")[0]
-    assert all(f"`{s.name}`" in section for s in SETTINGS)
-
-
 def test_streaming_client_gets_the_question_and_the_pending(marat, backend):
     backend.queue(action("touch streamed.txt"))
     r = marat.post(

@@ -17,7 +17,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from plugins.selectit import scoring
-from plugins.selectit.config import SETTINGS
 from plugins.selectit.datasets import parse_fields, read_dataset, to_sample
 from plugins.selectit.output import ScoresFile
 from plugins.selectit.prompts import BUILTIN_FILE, build_prompt, load_templates
@@ -556,17 +555,6 @@ def test_bad_yaml_configs(home, backend, tmp_path, text, message):
     r = run_cli(home, data, "--config", cfg)
     assert r.exit_code == 1 and message in r.stderr, r.stderr
     assert not backend.requests
-
-
-def test_settings_declared_in_sql_and_documented():
-    sql = (ROOT / "settings.sql").read_text()
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("<!-- selectit -->")[1].split("<!-- /selectit -->")[0]
-    for s in SETTINGS:
-        m = re.search(rf"VALUES \('{s.name}', '([^']*)'\);", sql)
-        assert m, s.name
-        assert s.parse(m.group(1)) == s.default and m.group(1) == s.dump(s.default)
-        assert f"`{s.name}`" in section
 
 
 def test_dataset_units():
