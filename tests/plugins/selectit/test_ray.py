@@ -1,8 +1,9 @@
 """SelectIT on a real local Ray (num_cpus=2) with tiny models built here.
 
-One Ray session serves the module (starting Ray is the slow part); the CLI joins it. A test
-hook makes one worker die mid-run: LMD_SELECTIT_RAY_CRASH_ONCE names a file, and the first
-worker to remove it after its first batch exits with os._exit(1).
+One Ray session serves the module and one `--engine ray` run serves its tests (starting Ray
+and a worker pool are the slow parts); the CLI joins the session. A test hook makes one worker
+die mid-run: LMD_SELECTIT_RAY_CRASH_ONCE names a file, and the first worker to remove it after
+its first batch exits with os._exit(1).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import os
 import subprocess
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -60,73 +62,77 @@ def ray_session(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """A tiny Llama (SentencePiece-like tokenizer) and a tiny GPT-2 (1024 positions)."""
+def ray_run(ray_session, tmp_path_factory):
+    """One `--engine ray` run (two workers) that resumes a file a local run began, loses a
+    worker mid-run (the hook) and meets a sample too long for the model; beside it, the local
+    engine's output for reference. Starting a worker pool costs seconds (torch is imported in
+    each worker), so the tests below read this one run."""
     pytest.importorskip("torch", reason="the transformers backend needs pip install lmd[local]")
     pytest.importorskip("transformers", reason="the transformers backend needs lmd[local]")
-    from .tiny_models import byte_level_tokenizer, gpt2, llama, sentencepiece_like_tokenizer
+    from click.testing import CliRunner
 
-    root = tmp_path_factory.mktemp("models")
-    sp = sentencepiece_like_tokenizer()
-    llama(len(sp), seed=3).save_pretrained(root / "llama")
-    sp.save_pretrained(root / "llama")
-    bpe = byte_level_tokenizer()
-    gpt2(len(bpe), seed=1).save_pretrained(root / "gpt2")
-    bpe.save_pretrained(root / "gpt2")
-    return root
+    from daemon.cli import cli
+    from tests.daemons import configure
 
+    from .tiny_models import byte_level_tokenizer, gpt2
 
-def local_args(model, *more) -> list:
-    return ["--backend", "transformers", "--model", model, "--k", 2, "--batch-size", 2, *more]
+    d = tmp_path_factory.mktemp("ray-run")
+    home = d / "home"
+    configure(home)
+    tok = byte_level_tokenizer()
+    gpt2(len(tok), seed=1).save_pretrained(d / "gpt2")  # 1024 positions
+    tok.save_pretrained(d / "gpt2")
+    records = [{"id": i, **r} for i, r in enumerate(alpaca(24), start=1)]
+    records[6]["output"] = " ".join(["poem about cats"] * 700)  # id 7: > 1024 tokens
+    records.append({"id": 25, "instruction": "No output: scored 3.0 without the model."})
+    full = write_jsonl(d / "all.jsonl", records)
+    fits = write_jsonl(d / "fits.jsonl", [r for r in records if r["id"] != 7])
+    args = ["--backend", "transformers", "--model", d / "gpt2", "--k", 2, "--batch-size", 2]
+    # the module fixture runs before each test's clean_env: keep the developer's LMD_* out
+    env = {k: None for k in os.environ if k.startswith(("LMD_", "OPENAI_")) and k != CRASH_ONCE}
 
+    def lmd_selectit(*more):
+        argv = ["selectit", *map(str, more), *map(str, args), "--home", str(home)]
+        return CliRunner(env=env).invoke(cli, argv, catch_exceptions=False)
 
-def test_ray_gives_the_local_scores_and_resumes(ray_session, tiny, home, backend, tmp_path):
-    data = write_jsonl(tmp_path / "a.jsonl", [*alpaca(23), {"instruction": "no output"}])
-    local = tmp_path / "local.jsonl"
-    r = run_cli(home, data, "-o", local, *local_args(tiny / "llama"))
+    local = d / "local.jsonl"
+    r = lmd_selectit(fits, "-o", local)  # the local engine, for reference
     assert r.exit_code == 0, r.stderr
-    # half of it scored by an earlier run: Ray must score only the rest
-    out = tmp_path / "ray.jsonl"
-    lines = local.read_text().splitlines(keepends=True)
-    out.write_text("".join(lines[:10]))
+    out = d / "ray.jsonl"
+    earlier = "".join(local.read_text().splitlines(keepends=True)[:10])
+    out.write_text(earlier)  # ten scores from an earlier run: Ray must not redo them
+    ray_session.write_text("")  # arm the hook: one worker dies after its first batch
     started = time.monotonic()
-    ray_args = ["--engine", "ray", "--workers", 2]
-    r = run_cli(home, data, "-o", out, *local_args(tiny / "llama"), *ray_args)
+    result = lmd_selectit(full, "-o", out, "--engine", "ray", "--workers", 2)
     print(f"--engine ray run took {time.monotonic() - started:.1f} s")
-    assert r.exit_code == 0, r.stderr
+    return SimpleNamespace(result=result, local=local, out=out, earlier=earlier, hook=ray_session)
+
+
+def test_ray_gives_the_local_scores_and_resumes(ray_run):
+    r = ray_run.result
     assert "Ray scored with 2 workers" in r.stderr
     assert "14 scored now" in r.stderr and "10 from an earlier run" in r.stderr
-    want, got = read_jsonl(local), read_jsonl(out)
+    want, got = read_jsonl(ray_run.local), read_jsonl(ray_run.out)
     assert [g["id"] for g in got] == [w["id"] for w in want]  # same ids, same order
     for w, g in zip(want, got, strict=True):
         assert g["score"] == pytest.approx(w["score"], abs=1e-6)
-    assert out.read_text().startswith("".join(lines[:10]))  # earlier lines kept as they were
-    assert backend.requests == []  # nothing went to an OpenAI server
+    assert got[-1] == {"id": 25, "score": 3.0}
+    assert ray_run.out.read_text().startswith(ray_run.earlier)  # kept as they were
 
 
-def test_a_worker_killed_midrun_is_retried_and_a_bad_sample_named(
-    ray_session, tiny, home, tmp_path
-):
-    """One worker dies after its first batch (the hook); Ray restarts it and retries the
-    batch. One sample is longer than GPT-2's 1024 positions: it fails alone, is named, and
-    is not written; everything else is, once."""
-    records = alpaca(24)
-    records[6]["output"] = " ".join(["poem about cats"] * 700)  # id 7: > 1024 tokens
-    data = write_jsonl(tmp_path / "a.jsonl", records)
-    ray_session.write_text("")  # arm the hook
-    out = tmp_path / "ray.jsonl"
-    args = local_args(tiny / "gpt2", "--engine", "ray", "--workers", 2, "--max-length", 4000)
-    started = time.monotonic()
-    r = run_cli(home, data, "-o", out, *args)
-    print(f"--engine ray run with a crash took {time.monotonic() - started:.1f} s")
-    assert not ray_session.exists(), "no worker died: the hook did not fire"
+def test_a_dead_worker_is_retried_and_a_failing_sample_named(ray_run):
+    r = ray_run.result
+    assert not ray_run.hook.exists(), "no worker died: the hook did not fire"
+    # the batch of the dead worker was retried: every sample but the failing one is written,
+    # once, in order
+    ids = [row["id"] for row in read_jsonl(ray_run.out)]
+    assert ids == [i for i in range(1, 26) if i != 7]
+    assert all(1 <= row["score"] <= 5 for row in read_jsonl(ray_run.out))
+    # the sample longer than GPT-2's 1024 positions failed alone, and is named
     assert r.exit_code == 1
     assert "1 samples could not be scored and are not in" in r.stderr
     assert "(first: id 7: IndexError" in r.stderr and "run the same command again" in r.stderr
-    ids = [row["id"] for row in read_jsonl(out)]
-    assert ids == [i for i in range(1, 25) if i != 7]  # complete, unique, in order
-    assert all(1 <= row["score"] <= 5 for row in read_jsonl(out))
-    meta = json.loads((tmp_path / "ray.jsonl.meta.json").read_text())
+    meta = json.loads(ray_run.out.with_name("ray.jsonl.meta.json").read_text())
     assert meta["shard"] == "all" and meta["backend"] == "transformers"
 
 
