@@ -140,9 +140,11 @@ def main() -> None:
     for name, t in (("ray, 1 worker", one), ("ray, 2 workers", two)):
         print(f"    {name:<15} {t:7.1f} s  {n / t:7.1f} samples/s  ratio to local {local / t:.2f}")
     print(f"    ray 2 vs 1 worker: {one / two:.2f}x")
-    print(f"    Ray's fixed overhead: ray.init {init:.1f} s and ray.shutdown {shutdown:.1f} s "
-          f"once; in every run, the first result after {first1:.1f} s (1 worker) / "
-          f"{first2:.1f} s (2 workers): the pool starts, imports torch, loads the model")  # fmt: skip
+    print(
+        f"    Ray's fixed overhead: ray.init {init:.1f} s and ray.shutdown {shutdown:.1f} s "
+        f"once; in every run, the first result after {first1:.1f} s (1 worker) / "
+        f"{first2:.1f} s (2 workers): the pool starts, imports torch, loads the model"
+    )
     past = [n / max(t - f, 1e-9) for t, f in ((one, first1), (two, first2))]
     print(f"    after the first result: 1 worker {past[0]:.1f}, 2 workers {past[1]:.1f} samples/s "
           f"(2 vs 1: {past[1] / past[0]:.2f}x; local {n / local:.1f}, 1 thread "
