@@ -191,6 +191,13 @@ def score_with_ray(
         context.enable_operator_progress_bars = False
         context.print_on_execution_start = False
         run.workers = _workers(ray, plan, len(samples))
+        gpus = ray.cluster_resources().get("GPU", 0)
+        if gpus and not plan.gpus_per_worker:
+            print(
+                f"selectit: warning: the Ray cluster has {gpus:g} GPUs but the workers ask for "
+                "none; give --gpus-per-worker 1 to score on them.",
+                file=sys.stderr,
+            )
         # Batches small enough that every worker gets several (balance, and little to redo
         # when one dies), at most the local engine's window of batch_size * 16 samples.
         per = math.ceil(len(samples) / (run.workers * 4))
