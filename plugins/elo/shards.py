@@ -177,6 +177,16 @@ def _first(items: list[str], limit: int = 3) -> str:
     return shown + (", ..." if len(items) > limit else "")
 
 
+def _items(path: Path) -> set[str]:
+    """What a part holds, for naming doubles: its questions, or its battles."""
+    from .files import read_table
+
+    table = read_table(path, allow_empty=True)
+    if {"model_a", "model_b"} <= set(table.columns):
+        return {f"{r['question']} ({r['model_a']} vs {r['model_b']})" for r in table.rows}
+    return {r.get("question", "") for r in table.rows}
+
+
 def read_parts(output: Path, files: list[Path]) -> tuple[dict, dict[int, Path], int]:
     """The common record and {part index: file}; refuses mixed runs, doubles and gaps."""
     resolved_out = output.resolve()
@@ -224,9 +234,11 @@ def read_parts(output: Path, files: list[Path]) -> tuple[dict, dict[int, Path], 
                 "merge the parts of one run."
             )
         if index in by_index:
+            both = sorted(_items(by_index[index]) & _items(f))
+            holding = f"; both hold {_first(both)}" if both else ""
             raise LmdError(
-                f"Part {index}/{count} is given twice ({by_index[index]} and {f}); give each "
-                "part once."
+                f"Part {index}/{count} is given twice ({by_index[index]} and {f}{holding}); "
+                "give each part once."
             )
         by_index[index] = f
     missing = [i for i in range(1, count + 1) if i not in by_index]

@@ -219,7 +219,8 @@ def test_merge_refuses_a_missing_and_a_duplicated_part(answer_parts, home):
     shutil.copy(d / "a3.csv.shard.json", d / "copy.csv.shard.json")
     refused(
         merge(home, d / "m.csv", p1, p2, p3, d / "copy.csv"),
-        f"Part 3/3 is given twice ({p3} and {d / 'copy.csv'}); give each part once.",
+        f"Part 3/3 is given twice ({p3} and {d / 'copy.csv'}; both hold 'Question number",
+        "give each part once.",
     )
     assert not (d / "m.csv").exists()
 
