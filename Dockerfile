@@ -3,6 +3,11 @@
 #   docker run -d -p 8420:8420 -v lmd-data:/data \
 #     -e LMD_TOKEN=$(openssl rand -hex 24) -e OPENAI_API_KEY=sk-... lmd
 # The daemon listens on 0.0.0.0 inside the container and refuses to start without LMD_TOKEN.
+# Commands run in a bubblewrap sandbox; Docker's default seccomp profile forbids the user
+# namespaces it needs, so under plain `docker run` lmd asks before every command. To let
+# read-only commands run at once in the sandbox, add
+#     --security-opt seccomp=unconfined --security-opt apparmor=unconfined
+# (see docs/sandbox.md); `docker exec lmd lmd doctor` says which case you are in.
 
 FROM python:3.11-slim AS build
 WORKDIR /src
@@ -16,6 +21,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     LMD_HOME=/data \
     LMD_BIND=0.0.0.0:8420
+# bubblewrap: the command sandbox. Not pinned: Debian's security updates replace the version.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap \
+    && rm -rf /var/lib/apt/lists/*
 RUN groupadd --gid 10001 lmd \
     && useradd --create-home --uid 10001 --gid 10001 --shell /usr/sbin/nologin lmd \
     && mkdir -p /data \

@@ -29,7 +29,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('llm_timeout_secs', '60.0')
 INSERT OR IGNORE INTO settings (name, value) VALUES ('llm_max_retries', '2');
 -- The OS bash commands are written for. Allowed: any text.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('system', 'Ubuntu 22.04');
--- Mode used when no directive applies. Allowed: any text.
+-- Mode used when no directive applies (one of the registered modes). Allowed: any text.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('default_prompt', 'dali');
 -- Idle seconds before a session resets. Allowed: a whole number of at least 0.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('end_session_after_idle_secs', '300');
@@ -45,9 +45,11 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('max_bash_output_len_for_re
 INSERT OR IGNORE INTO settings (name, value) VALUES ('recent_history_limit', '50');
 -- Karma of ordinary prompts. Allowed: a whole number of at least 0.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('default_karma', '1000');
--- Karma of crucial prompts. Allowed: a whole number of at least 0.
+-- Karma of prompts the user promoted (the seed's operative kind, ranked first). Allowed: a whole number of at least 0.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('operative_karma', '25000');
+-- Karma of crucial prompts: a running task's instruction, cobol's current focus. Allowed: a whole number of at least 0.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('instructive_karma', '10000');
--- Karma of promoted and task prompts. Allowed: a whole number of at least 0.
+-- Karma of what finished work leaves: a done task's instruction and answer. Allowed: a whole number of at least 0.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('contextual_karma', '2500');
 -- Karma of corrections and format help. Allowed: a whole number of at least 0.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('decorative_karma', '500');
@@ -67,9 +69,25 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('max_body_bytes', '1048576'
 INSERT OR IGNORE INTO settings (name, value) VALUES ('shutdown_grace_secs', '10.0');
 -- Seconds a request body may take to arrive (slow senders get 408). Allowed: a number of at least 0.1.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('body_read_timeout_secs', '30.0');
+-- The sandbox for commands that run without a spoken yes: read-only, workspace-write (the working directory writable: builds run without asking) or off (no sandbox). Allowed: one of read-only, workspace-write, off. Protected.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_level', 'read-only');
+-- More paths hidden from sandboxed commands, beside ~/.ssh, ~/.aws, LMD_HOME and the other secret places (JSON list). Allowed: a JSON value. Protected.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_hide_paths', '[]');
+-- Memory (data segment) one sandboxed process may use, in MiB. Allowed: a whole number from 16 to 1048576. Protected.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_memory_mb', '2048');
+-- CPU seconds one sandboxed process may use. Allowed: a whole number from 1 to 86400. Protected.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_cpu_secs', '600');
+-- Largest file a sandboxed command may write, in MiB (also the size of its private /tmp). Allowed: a whole number from 1 to 1048576. Protected.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_file_size_mb', '1024');
+-- Most processes one sandboxed command may have at once. Allowed: a whole number from 4 to 100000. Protected.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_max_processes', '256');
+-- Environment variables passed to commands beside PATH, HOME, USER, LANG, LC_*, TZ, TERM, SHELL (JSON list of names; never the API key or the token). Allowed: a JSON value. Protected.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('command_env_passthrough', '[]');
+-- Web origins (besides the daemon's own) whose pages may call lmd, e.g. ["http://localhost:3000"]; every page of such an origin acts as you. Allowed: a JSON value. Protected.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('allowed_origins', '[]');
 
 -- == marat ==
--- Which commands wait for a spoken yes: never, unsafe (all but clearly read-only), always. Allowed: one of never, unsafe, always. Protected.
+-- Which commands wait for a spoken yes: never (none; nothing sandboxed), unsafe (all but clearly read-only ones, which run in the sandbox), always. Allowed: one of never, unsafe, always. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('marat_approval', 'unsafe');
 -- Seconds one command may run before its whole process group is killed. Allowed: a number from 0.1 to 86400.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('marat_command_timeout_secs', '30.0');
@@ -77,9 +95,9 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('marat_command_timeout_secs
 INSERT OR IGNORE INTO settings (name, value) VALUES ('marat_start_dir', '~');
 
 -- == cobol ==
--- Repository cobol works in; empty means the session's working directory (X-Cwd). Allowed: any text.
+-- Repository cobol works in; empty means the session's working directory (X-Cwd). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('cobol_repo', '');
--- Build/test command cobol compiles with; empty means detect it from the repository. Allowed: any text.
+-- Build/test command cobol compiles with; empty means detect it from the repository. Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('cobol_build_command', '');
 -- Seconds a cobol build may run before it and its child processes are killed. Allowed: a whole number of at least 1.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('cobol_build_timeout_secs', '300');
@@ -125,7 +143,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_cache', 'true');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_backend', 'openai');
 -- OpenAI backend: completions (raw prompt, base models) or chat (instruct models). Allowed: one of completions, chat.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_api', 'completions');
--- Model id (openai backend; empty = openai_model) or local path (transformers). Allowed: any text.
+-- Model id (openai; empty = openai_model) or local model (transformers; empty = meta-llama/Llama-3.1-8B). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_model', '');
 -- Rating-prompt file, one template per line (empty = the built-in prompts). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_rp_file', '');
@@ -133,7 +151,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_rp_file', '');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_k', '1');
 -- Penalty on the std across prompts. Allowed: a number of at least 0.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_alpha', '0.2');
--- Most prompt tokens; longer sample text is cut, the answer cue kept. Allowed: a whole number of at least 16.
+-- Most prompt tokens; a longer sample's instruction and response are shortened. Allowed: a whole number of at least 16.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_max_length', '2048');
 -- Samples per forward pass (transformers backend). Allowed: a whole number from 1 to 4096.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_batch_size', '8');
@@ -143,7 +161,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_concurrency', '32
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_top_logprobs', '20');
 -- Torch device for the transformers backend (auto = cuda when available, else cpu). Allowed: any text.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_device', 'auto');
--- Local model to load, with a warning, when the model fails to (empty = stop instead). Allowed: any text.
+-- Local model to load, with a warning, when the model fails to (empty = stop instead). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_fallback_model', '');
 
 -- == elo ==

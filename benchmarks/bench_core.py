@@ -4,7 +4,9 @@
     against a backend answering instantly, vs calling that backend directly with openai;
 (b) 64 concurrent requests on 64 sessions against a 100 ms backend, vs one request;
 (c) context selection with 1,000,000 rows in `prompts`, vs the same with 1,000 rows;
-(d) `lmd --help` and `lmd say` wall time vs `python -c pass`.
+(d) `lmd --help` and `lmd say` wall time vs `python -c pass`;
+(e) the guard's cost per request: the token check, the kernel's word on the client's socket
+    (netlink, and the /proc/net/tcp fallback), vs passing the request straight through.
 
 Run: .venv/bin/python benchmarks/bench_core.py [--quick]
 """
@@ -244,6 +246,77 @@ def bench_startup(tmp: Path, backend: FakeBackend) -> None:
     print(f"    lmd say        {ms(say)}  ratio {say / base:.2f}x (includes the round trip)")
 
 
+def bench_guard() -> None:
+    """The Guard around a do-nothing app, on the scope of a real loopback connection."""
+    import socket
+
+    from daemon import peer
+    from daemon.guard import Guard, same_user
+
+    async def app(scope, receive, send):
+        pass
+
+    async def send(message):
+        pass
+
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    conn, addr = server.accept()
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1",
+        "client": addr,
+        "server": conn.getsockname(),
+        "headers": [
+            (b"host", b"127.0.0.1:8420"),
+            (b"user-agent", b"curl/8.5.0"),
+            (b"accept", b"*/*"),
+            (b"content-length", b"7"),
+            (b"content-type", b"application/x-www-form-urlencoded"),
+        ],
+    }
+    with_token = {
+        **scope,
+        "headers": [*scope["headers"], (b"authorization", b"Bearer " + b"t" * 43)],
+    }
+    n = 2000 if QUICK else 20000
+    loop = asyncio.new_event_loop()
+
+    def per_call(call, sc) -> float:
+        for _ in range(200):
+            loop.run_until_complete(call(sc, None, send))
+        t = time.perf_counter()
+        for _ in range(n):
+            loop.run_until_complete(call(sc, None, send))
+        return (time.perf_counter() - t) / n
+
+    proc_only = lambda sc: peer.proc_uid(sc["client"], sc["server"]) == os.geteuid()  # noqa: E731
+    cases = [
+        ("no guard (the app alone)", app, scope),
+        ("token", Guard(app, None, "t" * 43, True, None), with_token),
+        ("kernel: netlink", Guard(app, None, None, True, same_user), scope),
+        ("kernel: /proc/net/tcp", Guard(app, None, None, True, proc_only), scope),
+    ]
+    times = {}
+    for name, call, sc in cases:
+        if "proc" in name:
+            n_saved, n = n, max(200, n // 50)  # about 1,000 times slower; fewer rounds
+            times[name] = per_call(call, sc)
+            n = n_saved
+        else:
+            times[name] = per_call(call, sc)
+    loop.close()
+    for s in (client, conn, server):
+        s.close()
+    with open("/proc/net/tcp") as f4, open("/proc/net/tcp6") as f6:
+        sockets = len(f4.readlines()) + len(f6.readlines()) - 2
+    base = times["no guard (the app alone)"]
+    print(f"(e) the guard per request ({sockets} TCP sockets on this machine)")
+    for name, t in times.items():
+        print(f"    {name:<26} {t * 1e6:8.1f} us  (+{(t - base) * 1e6:.1f} us)")
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as d, FakeBackend() as backend:
         tmp = Path(d)
@@ -251,6 +324,7 @@ def main() -> None:
         bench_concurrency(tmp)
         bench_selection(tmp)
         bench_startup(tmp, backend)
+    bench_guard()
 
 
 if __name__ == "__main__":

@@ -245,7 +245,8 @@ def bench_company(fake: bool, out: Path, home: Path | None) -> None:
     else:
         from plugins.lm_score.sql import open_scorer
 
-        scorer, store = open_scorer(home)
+        dotenv = Path.cwd() / ".env"  # the original project's keys, as `lmd sql` reads them
+        scorer, store = open_scorer(home, dotenv=dotenv if dotenv.is_file() else None)
     print(
         f"(d) company.db, 6 questions x 5 rows, backend {scorer.config.endpoint} "
         f"model {scorer.config.model}" + (" (the fake keyword judge)" if fake else "")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
+import math
 import re
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +23,15 @@ from starlette.routing import Route
 from . import __version__, karma
 from .core import Daemon
 from .errors import LmdError
+from .guard import Guard, same_user, token_presented
 from .settings import SettingError, refuse_if_protected
-from .speak import speak_stream, speakable, unfence, wants_raw, wants_speech
-from .turn import Outcome, run_turn
+from .speak import unfence, wants_raw, wants_speech
+from .turn import Outcome, TurnReply
 
 log = logging.getLogger("lmd.app")
 
 SESSION_NAME = re.compile(r"[\w.:@+-]{1,128}")  # used with fullmatch: "$" lets "\n" through
 MAX_PROMPT_ID = 2**63 - 1  # SQLite's largest integer; bigger ids overflow the driver
-LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
-SHUTDOWN_SENTENCE = "lmd is shutting down and stopped this request; say it again once it is back."
 
 
 class TooLarge(LmdError):
@@ -106,17 +105,56 @@ def decode_text(body: bytes) -> str:
         ) from None
 
 
-async def read_json(request: Request, daemon: Daemon) -> Any:
-    """A JSON body within the size limit, or a 400 saying what is wrong."""
-    body = await read_request_body(request, daemon)
-    text = decode_text(body)
+MAX_INT_DIGITS = 4300  # Python's own limit for int(str); past it json.loads raises ValueError
+
+
+class _Unusable(Exception):
+    """A JSON number lmd refuses (raised from inside the decoder)."""
+
+
+def _int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise _Unusable(f"a number has {digits} digits, more than {MAX_INT_DIGITS}")
+    return int(text)
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Unusable(f"the number {text[:20]} is too large")
+    return value
+
+
+def _constant(text: str) -> Any:
+    raise _Unusable(f"{text} is not a JSON number")
+
+
+def parse_json(text: str, example: str = "a JSON object") -> Any:
+    """JSON text as data, or a 400 sentence saying what is wrong and what to send instead.
+
+    Refused besides syntax errors: nesting deeper than Python can follow, integers of more
+    than 4,300 digits, NaN/Infinity and numbers too large for a float, lone surrogates.
+    """
     try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
-        msg = getattr(e, "msg", "too deeply nested")
-        raise LmdError(f"The request body is not valid JSON ({msg}); send a JSON object.") from None
-    check_encodable(data)
-    return data
+        data = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+    except _Unusable as e:
+        problem = str(e)
+    except json.JSONDecodeError as e:
+        problem = f"{e.msg} at line {e.lineno} column {e.colno}"
+    except RecursionError:
+        problem = "it is nested too deeply"
+    except ValueError as e:  # any other refusal of the decoder
+        problem = str(e).split(";")[0] or type(e).__name__
+    else:
+        check_encodable(data)
+        return data
+    raise LmdError(f"The request body is not valid JSON ({problem}); send {example}.")
+
+
+async def read_json(request: Request, daemon: Daemon, example: str = "a JSON object") -> Any:
+    """A JSON body within the size limit, or a 400 sentence: what every JSON route uses."""
+    return parse_json(decode_text(await read_request_body(request, daemon)), example)
 
 
 def check_encodable(data: Any) -> None:
@@ -147,97 +185,56 @@ def get_daemon(request: Request) -> Daemon:
 # -- /v1 ------------------------------------------------------------------------------------
 async def v1(request: Request) -> Response:
     daemon = get_daemon(request)
-    body = await read_request_body(request, daemon)
-    text = decode_text(body)
     given_session = None
     if "json" in request.headers.get("content-type", ""):
-        try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, RecursionError):
-            raise LmdError(
-                'The JSON body is malformed; send {"input": "your words"} or plain text.'
-            ) from None
+        data = await read_json(request, daemon, '{"input": "your words"} or plain text')
         if not isinstance(data, dict) or not isinstance(data.get("input"), str):
             raise LmdError('The JSON body needs an "input" string; send {"input": "your words"}.')
-        check_encodable(data)
         text = data["input"]
         given_session = data.get("session")
+    else:
+        text = decode_text(await read_request_body(request, daemon))
     if not text.strip():
         raise LmdError("I heard nothing: the utterance is empty; say something.")
     if "\x00" in text:
         raise LmdError("The utterance contains a NUL character; send plain text.")
     name = session_name(request, given_session)
     cwd = request.headers.get("x-cwd") or request.query_params.get("cwd")
-    if cwd and (not Path(cwd).is_absolute() or "\x00" in cwd):
-        raise LmdError("The working directory must be an absolute path.")
     # speak_plain_replies is the clients plugin's setting (absent when it is not loaded).
     plain = not wants_json(request) and not wants_stream(request)
     default = plain and daemon.settings().get("speak_plain_replies", False)
     speak = wants_speech(request.headers, request.query_params, default)
-    return await answer(request, daemon, name, text, cwd=cwd, speak=speak)
+    turn = TurnReply(daemon, name, text, stream=wants_stream(request), speak=speak, cwd=cwd)
+    if wants_stream(request):
+        await turn.start()
+        events = turn.events(LmdEvents(turn.outcome))
+        return StreamingResponse(events, media_type="text/event-stream")
+    reply = await turn.whole()
+    if wants_json(request):
+        return JSONResponse(turn.outcome.to_json())
+    if not wants_raw(request.headers, request.query_params):
+        reply = unfence(reply)  # plain text never carries markdown fences unless asked
+    return PlainTextResponse(reply if reply.endswith("\n") else reply + "\n")
 
 
-async def answer(
-    request: Request,
-    daemon: Daemon,
-    name: str,
-    text: str,
-    cwd: str | None = None,
-    mode_override: str | None = None,
-    speak: bool = False,
-) -> Response:
-    """Run a turn and reply as the client asked: plain text, JSON or server-sent events.
+class LmdEvents:
+    """/v1's server-sent events: one `data:` event per chunk, then the outcome, then [DONE]."""
 
-    With `speak`, markdown is stripped for text-to-speech (JSON gets it as `speech`).
-    """
-    outcome = Outcome(session=name)
-    streaming = wants_stream(request)
-    chunks = run_turn(daemon, name, text, outcome, streaming, cwd, mode_override)
-    if speak and streaming:
-        chunks = speak_stream(chunks)
-    if not streaming:
-        task = asyncio.current_task()
-        daemon.inflight.add(task)
-        try:
-            reply = "".join([c async for c in chunks])
-        except asyncio.CancelledError:
-            if not daemon.stopping:
-                raise
-            task.uncancel()  # our own cut (see Daemon.stop_inflight): answer with a sentence
-            raise LmdError(SHUTDOWN_SENTENCE, status=503) from None
-        finally:
-            daemon.inflight.discard(task)
-        if speak:
-            reply = speakable(reply)
-            outcome.extra = {**outcome.extra, "speech": reply}
-        if wants_json(request):
-            return JSONResponse(outcome.to_json())
-        if not wants_raw(request.headers, request.query_params):
-            reply = unfence(reply)  # plain text never carries markdown fences unless asked
-        return PlainTextResponse(reply if reply.endswith("\n") else reply + "\n")
-    # Pull the first chunk before answering, so early failures get a real HTTP status.
-    first = await anext(chunks, None)
-    return StreamingResponse(sse(first, chunks, outcome), media_type="text/event-stream")
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
 
+    def opening(self, first: str | None) -> list[str]:
+        return [] if first is None else [self.chunk(first)]
 
-async def sse(first: str | None, rest: AsyncIterator[str], outcome: Outcome) -> AsyncIterator[str]:
-    """Server-sent events: one `data:` event per chunk, then the outcome, then [DONE]."""
-    try:
-        if first is not None:
-            yield _event(first)
-        async for chunk in rest:
-            yield _event(chunk)
-        yield "event: outcome\ndata: " + json.dumps(outcome.to_json()) + "\n\n"
-    except LmdError as e:
-        yield "event: error\ndata: " + json.dumps(e.to_json()) + "\n\n"
-    finally:
-        await rest.aclose()
-    yield "data: [DONE]\n\n"
+    def chunk(self, text: str) -> str:
+        # JSON-encode so newlines inside a chunk survive the line-based SSE framing.
+        return "data: " + json.dumps(text) + "\n\n"
 
+    def closing(self, said: str) -> list[str]:
+        return ["event: outcome\ndata: " + json.dumps(self.outcome.to_json()) + "\n\n"]
 
-def _event(chunk: str) -> str:
-    # JSON-encode so newlines inside a chunk survive the line-based SSE framing.
-    return "data: " + json.dumps(chunk) + "\n\n"
+    def error(self, e: LmdError) -> str:
+        return "event: error\ndata: " + json.dumps(e.to_json()) + "\n\n"
 
 
 # -- health, settings, history ------------------------------------------------------------
@@ -260,17 +257,14 @@ async def settings_put(request: Request) -> Response:
     name = request.path_params["name"]
     spec = daemon.settings().spec(name)
     check_unprotected(daemon, spec)
-    raw = decode_text(await read_request_body(request, daemon))
     if "json" in request.headers.get("content-type", ""):
-        try:
-            data = json.loads(raw)
-        except (json.JSONDecodeError, RecursionError):
-            raise LmdError('The JSON body is malformed; send {"value": ...}.') from None
+        data = await read_json(request, daemon, '{"value": ...}')
         if not isinstance(data, dict) or "value" not in data:
             raise LmdError('The JSON body needs a "value"; send {"value": ...}.')
-        check_encodable(data)
         raw = data["value"]
-    value = spec.parse(raw)
+    else:
+        raw = decode_text(await read_request_body(request, daemon))
+    value = daemon.parse_setting(name, raw)
     daemon.store.set_setting(name, spec.dump(value))
     return JSONResponse(daemon.settings().describe([name])[0])
 
@@ -285,9 +279,10 @@ async def settings_reset(request: Request) -> Response:
 
 
 def check_unprotected(daemon: Daemon, spec: Any) -> None:
-    """Protected settings change over HTTP only on a daemon with a token (the Guard has then
-    checked it); otherwise any local web page or process could, e.g., switch approval off."""
-    refuse_if_protected(spec, bool(daemon.token))
+    """Protected settings change over HTTP only for requests that presented the daemon's
+    token: the kernel's word that the client runs as the owner is not enough, since a
+    command the user approved (or a sandboxed app of theirs) runs as the owner too."""
+    refuse_if_protected(spec, token_presented())
 
 
 def prompt_rows(prompts: list, settings: Any, now: float) -> list[dict]:
@@ -334,78 +329,15 @@ async def promote(request: Request) -> Response:
     prompt = daemon.store.prompt(prompt_id)
     if prompt is None:
         raise LmdError(f"There is no prompt {prompt_id}; `lmd history` lists them.", status=404)
-    settings = daemon.settings()
-    daemon.store.set_karma([prompt_id], "operative", karma.karma_for("operative", settings))
-    return JSONResponse(
-        {"id": prompt_id, "kind": "operative", "karma": settings["contextual_karma"]}
-    )
+    points = karma.karma_for("operative", daemon.settings())
+    daemon.store.set_karma([prompt_id], "operative", points)
+    return JSONResponse({"id": prompt_id, "kind": "operative", "karma": points})
 
 
 async def openapi_json(request: Request) -> Response:
     from .openapi import build_spec
 
     return JSONResponse(build_spec(get_daemon(request)))
-
-
-# -- the guard: token, host and origin checks (pure ASGI for speed) -------------------------
-class Guard:
-    """Refuse requests without the bearer token (when one is set) and DNS-rebinding attempts."""
-
-    def __init__(self, app: Any, token: str | None, loopback_only: bool) -> None:
-        self.app = app
-        self.token = token
-        self.loopback_only = loopback_only
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        problem = None
-        if self.loopback_only and not self.token:
-            host = headers.get("host", "")
-            if _host_name(host) not in LOOPBACK_HOSTS:
-                problem = (403, "This daemon answers only requests addressed to localhost.")
-            origin = headers.get("origin")
-            # "null" comes from sandboxed iframes and file: pages: still a web page, refused.
-            if origin is not None and _host_name(_origin_host(origin)) not in LOOPBACK_HOSTS:
-                problem = (403, "Cross-origin requests from web pages are refused.")
-        if problem is None and self.token and scope["path"] != "/healthz":
-            given = headers.get("authorization", "")
-            expected = "Bearer " + self.token
-            if not hmac.compare_digest(given.encode(), expected.encode()):
-                problem = (401, "A valid token is required: send Authorization: Bearer <token>.")
-        if problem:
-            status, message = problem
-            body = json.dumps({"error": message, "kind": "auth", "status": status}).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": status,
-                    "headers": [(b"content-type", b"application/json")],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
-            return
-        await self.app(scope, receive, send)
-
-
-def _host_name(host: str) -> str:
-    """The name part of a Host value; the whole value when what follows is not a port."""
-    host = host.strip().lower()
-    if host.startswith("[") and "]" in host:
-        end = host.index("]") + 1
-        name, rest = host[:end], host[end:]
-    elif host.count(":") == 1:
-        name, rest = host.split(":")[0], ":" + host.split(":")[1]
-    else:
-        name, rest = host, ""
-    if rest and not (rest[:1] == ":" and rest[1:].isdigit()):
-        return host  # "[::1]evil", "localhost:x": not a loopback name, so refused
-    return name
-
-
-def _origin_host(origin: str) -> str:
-    return origin.split("://", 1)[-1].split("/", 1)[0]
 
 
 # -- the app ----------------------------------------------------------------------------------
@@ -470,8 +402,19 @@ def create_app(
     token: str | None = None,
     loopback_only: bool = True,
     pm: Any = None,
+    peer_check: Callable[[dict], bool] | None | str = "kernel",
 ) -> Any:
-    """Build the ASGI app; the lifespan opens the store and runs plugin startup hooks."""
+    """Build the ASGI app behind its Guard; the lifespan opens the store and runs plugin
+    startup hooks.
+
+    `token` is the daemon's token (None: none). `peer_check(scope) -> bool` says whether a
+    request's client runs as the daemon's owner: "kernel" asks the kernel (Linux), None
+    turns the check off (only the token gets in). It applies only bound to loopback.
+    """
+    if peer_check == "kernel":
+        from .peer import supported
+
+        peer_check = same_user if supported() else None
     daemon = Daemon(home=home, pm=pm, token=token)
 
     @contextlib.asynccontextmanager
@@ -509,7 +452,4 @@ def create_app(
         },
     )
     app.state.daemon = daemon
-    guarded = Guard(app, token, loopback_only)
-    guarded.daemon = daemon  # type: ignore[attr-defined]
-    guarded.state = app.state  # type: ignore[attr-defined]
-    return guarded
+    return Guard(app, daemon, token, loopback_only, peer_check)  # type: ignore[arg-type]

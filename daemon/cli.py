@@ -76,6 +76,13 @@ def cli() -> None:
     """
 
 
+TOKEN_ON_COMMAND_LINE = (
+    "--token is refused: a command line is visible to every user of this machine in `ps`. "
+    "Put the token in a file only you can read and pass --token-file FILE, or set LMD_TOKEN; "
+    "without either, lmd keeps one in LMD_HOME/token."
+)
+
+
 @cli.command()
 @click.option(
     "--bind",
@@ -84,22 +91,45 @@ def cli() -> None:
     show_default=True,
     help="Address to listen on (host:port or a port).",
 )
-@click.option("--token", envvar="LMD_TOKEN", help="Require Authorization: Bearer TOKEN.")
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="LMD_TOKEN_FILE",
+    help="File holding the token (0600). Default: LMD_TOKEN, else LMD_HOME/token.",
+)
+@click.option(
+    "--peer-auth/--no-peer-auth",
+    envvar="LMD_PEER_AUTH",
+    default=True,
+    show_default=True,
+    help="On Linux loopback, let your own processes in without the token.",
+)
+@click.option("--token", hidden=True, help="Refused: use --token-file or LMD_TOKEN.")
 @home_option
-def serve(bind: str, token: str | None, home: Path | None) -> None:
-    """Run the daemon (loopback only unless a token is set)."""
+def serve(
+    bind: str,
+    token_file: Path | None,
+    peer_auth: bool,
+    token: str | None,
+    home: Path | None,
+) -> None:
+    """Run the daemon. Only its owner may use it: the token in LMD_HOME/token, or on Linux
+    loopback the kernel's word that the client runs as the same user."""
     import logging
 
     from .server import serve as run
 
+    if token is not None:
+        fail(TOKEN_ON_COMMAND_LINE, 2)
     logging.basicConfig(
         level=os.environ.get("LMD_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    for noisy in ("httpx", "httpcore", "openai"):  # one line per backend call is noise
+    # One line per backend call is noise.
+    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "openai"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
-        sys.exit(run(bind, home, token or None))
+        sys.exit(run(bind, home, token_file, peer_auth))
     except LmdError as e:
         fail(e.message, 2)
 
@@ -111,6 +141,9 @@ def serve(bind: str, token: str | None, home: Path | None) -> None:
 @click.option("--cwd", help="Working directory for marat and cobol (absolute path).")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON reply.")
 @click.option("--speak", is_flag=True, help="Strip markdown from the reply for text-to-speech.")
+@click.option(
+    "--raw", is_flag=True, help="Print control characters and escape sequences as they came."
+)
 def say(
     text: tuple[str, ...],
     url: str | None,
@@ -118,8 +151,12 @@ def say(
     cwd: str | None,
     as_json: bool,
     speak: bool,
+    raw: bool,
 ) -> None:
-    """Send TEXT (or stdin) to the daemon and print the reply."""
+    """Send TEXT (or stdin) to the daemon and print the reply.
+
+    On a terminal, control characters and escape sequences in the reply (window titles,
+    clipboard writes) are removed unless --raw is given."""
     from .client import ClientError
     from .client import say as send
 
@@ -129,11 +166,25 @@ def say(
     try:
         reply = send(utterance, session=session, url=url, as_json=as_json, cwd=cwd, speak=speak)
     except ClientError as e:
-        fail(e.message)
+        fail(for_terminal(e.message, raw, sys.stderr))
     if as_json:
-        click.echo(json.dumps(reply, indent=2, ensure_ascii=False))
+        out = json.dumps(reply, indent=2, ensure_ascii=False)
+        if not raw and sys.stdout.isatty():
+            from .terminal import clean_json_text
+
+            out = clean_json_text(out)
+        click.echo(out)
     else:
-        click.echo(reply.rstrip("\n"))
+        click.echo(for_terminal(reply.rstrip("\n"), raw))
+
+
+def for_terminal(text: str, raw: bool = False, stream=None) -> str:
+    """The text, without control sequences when it goes to a terminal (unless raw)."""
+    if raw or not (stream or sys.stdout).isatty():
+        return text
+    from .terminal import clean
+
+    return clean(text)
 
 
 def open_daemon_state(home: Path | None):
@@ -203,10 +254,13 @@ def settings_set(name: str, value: str, as_json: bool, home: Path | None) -> Non
 
 def _change_setting(home: Path | None, name: str, value: str | None, as_json: bool) -> None:
     """Store a new value (None: the default) and show the result."""
-    _, store, s = open_daemon_state(home)
+    from .core import parse_setting
+
+    registry, store, s = open_daemon_state(home)
     try:
         spec = s.spec(name)
-        store.set_setting(name, spec.dump(spec.default if value is None else spec.parse(value)))
+        new = spec.default if value is None else parse_setting(registry, name, value)
+        store.set_setting(name, spec.dump(new))
     except LmdError as e:
         fail(e.message)
     _, _, s = open_daemon_state(home)
@@ -257,7 +311,7 @@ def history(
         return
     for r in rows:
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"]))
-        text = r["content"].replace("\n", " ")
+        text = for_terminal(r["content"].replace("\n", " "))
         text = text if len(text) <= 70 else text[:67] + "..."
         click.echo(
             f"{r['id']:>6} {stamp} {r['session']:<10} {r['role']:<9} {r['mode'] or '-':<7} "
@@ -269,14 +323,15 @@ def history(
 @click.argument("prompt_id", type=int)
 @home_option
 def history_promote(prompt_id: int, home: Path | None) -> None:
-    """Make a prompt operative: it gets contextual_karma and stays in context longer."""
+    """Make a prompt operative: it gets operative_karma and stays in context longer."""
     from . import karma
 
     _, store, s = open_daemon_state(home)
     if store.prompt(prompt_id) is None:
         fail(f"There is no prompt {prompt_id}; `lmd history` lists them.")
-    store.set_karma([prompt_id], "operative", karma.karma_for("operative", s))
-    click.echo(f"Prompt {prompt_id} is now operative (karma {s['contextual_karma']}).")
+    points = karma.karma_for("operative", s)
+    store.set_karma([prompt_id], "operative", points)
+    click.echo(f"Prompt {prompt_id} is now operative (karma {points}).")
 
 
 @cli.command()

@@ -1,15 +1,23 @@
 """A small stdlib HTTP client for the daemon: what `lmd say` and scripts use.
 
 It imports nothing heavy, so a shell alias answers as fast as the daemon does.
+
+It sends the daemon's token by itself (LMD_TOKEN, LMD_TOKEN_FILE, else LMD_HOME/token; the
+token file only to a daemon on this machine). On Linux it first makes sure that a daemon on a
+loopback address runs as the same user: on a shared machine another user could listen on
+127.0.0.1:8420 while yours is down, to collect what you say and your token.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import urllib.error
 import urllib.request
 from typing import Any
+
+from .home import client_token, is_loopback_url
 
 DEFAULT_URL = "http://127.0.0.1:8420"
 
@@ -40,7 +48,7 @@ def request(
     """One HTTP request to the daemon; raises ClientError with a sentence on failure."""
     base = daemon_url(url)
     hdrs = {"User-Agent": "lmd-client", **(headers or {})}
-    token = token or os.environ.get("LMD_TOKEN")
+    token = token or client_token(base)
     if token:
         hdrs["Authorization"] = f"Bearer {token}"
     data: bytes | None
@@ -52,20 +60,69 @@ def request(
         hdrs.setdefault("Content-Type", "text/plain; charset=utf-8")
     else:
         data = body
-    req = urllib.request.Request(base + path, data=data, method=method, headers=hdrs)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        req = urllib.request.Request(base + path, data=data, method=method, headers=hdrs)
+    except ValueError:
+        raise ClientError(f"{base} is not a daemon URL; use e.g. http://127.0.0.1:8420.") from None
+    try:
+        with _opener(base).open(req, timeout=timeout) as resp:
             return resp.status, dict(resp.headers), resp.read()
     except urllib.error.HTTPError as e:
         raw = e.read()
         message = _error_sentence(raw) or f"The daemon answered HTTP {e.code}."
         raise ClientError(message, e.code) from None
     except urllib.error.URLError as e:
+        if isinstance(e.reason, ForeignDaemon):
+            raise ClientError(str(e.reason)) from None
         raise ClientError(
             f"I could not reach lmd at {base} ({e.reason}); start it with `lmd serve`."
         ) from None
     except TimeoutError:
         raise ClientError(f"lmd at {base} did not answer within {timeout:g} seconds.") from None
+
+
+class ForeignDaemon(OSError):
+    """The loopback port is held by a program of another user."""
+
+
+class _OwnerCheckedConnection(http.client.HTTPConnection):
+    """An HTTP connection that, once connected, asks the kernel who owns the server's end."""
+
+    def connect(self) -> None:
+        super().connect()
+        from .peer import socket_uid
+
+        mine, theirs = self.sock.getsockname(), self.sock.getpeername()
+        uid = socket_uid((theirs[0], theirs[1]), (mine[0], mine[1]))
+        if uid is not None and uid != os.geteuid():
+            self.sock.close()
+            raise ForeignDaemon(
+                f"The program listening at {self.host}:{self.port} runs as another user "
+                f"(uid {uid}), not as you, so I sent it nothing. Start your own lmd with "
+                "`lmd serve`, or point LMD_URL at it."
+            )
+
+
+class _OwnerCheckedHandler(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(_OwnerCheckedConnection, req)
+
+
+_OPENERS: dict[tuple[bool, bool], Any] = {}
+
+
+def _opener(base: str) -> Any:
+    """No proxy for a daemon on this machine, and its owner checked (Linux); the environment's
+    proxies for a remote one. An explicit LMD_TOKEN means the user chose the target: no check."""
+    local = is_loopback_url(base)
+    checked = local and not os.environ.get("LMD_TOKEN")
+    key = (local, checked)
+    if key not in _OPENERS:
+        handlers: list = [urllib.request.ProxyHandler({})] if local else []
+        if checked:
+            handlers.append(_OwnerCheckedHandler)
+        _OPENERS[key] = urllib.request.build_opener(*handlers)
+    return _OPENERS[key]
 
 
 def _error_sentence(raw: bytes) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -15,17 +14,30 @@ import pluggy
 
 from .core_settings import CORE_SETTINGS
 from .errors import LmdError
+from .home import default_home, secure_home
 from .modes import Mode
 from .plugins import get_plugin_manager
-from .settings import Setting, Settings
+from .settings import Setting, SettingError, Settings
+
+__all__ = ["Daemon", "Registry", "collect", "default_home", "parse_setting"]
 
 
-def default_home() -> Path:
-    """LMD_HOME, else $XDG_DATA_HOME/lmd, else ~/.local/share/lmd."""
-    if os.environ.get("LMD_HOME"):
-        return Path(os.environ["LMD_HOME"]).expanduser()
-    data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(data) / "lmd"
+def check_setting(registry: Registry, name: str, value: Any) -> None:
+    """Rules that need the registry: default_prompt must name a registered mode."""
+    if name == "default_prompt" and value not in registry.modes:
+        raise SettingError(
+            f"default_prompt cannot be {value!r}: there is no such mode; it must be one of "
+            f"{', '.join(sorted(registry.modes))}."
+        )
+
+
+def parse_setting(registry: Registry, name: str, raw: Any) -> Any:
+    """A new value for a setting, checked like every way of setting it (CLI, HTTP, knob)."""
+    from .settings import Settings
+
+    value = Settings(registry.specs, {}).spec(name).parse(raw)
+    check_setting(registry, name, value)
+    return value
 
 
 @dataclass
@@ -110,7 +122,8 @@ class Daemon:
         self.pm = pm or get_plugin_manager()
         self.registry = collect(self.pm)
         self.modes = self.registry.modes
-        self.token = token
+        self.token = token  # the active token (None: the app has none); never log it
+        secure_home(self.home)
         self.store = Store(self.home / "lmd.db")
         self.store.migrate(self.registry.migrations)
         self.locks = SessionLocks()
@@ -126,6 +139,10 @@ class Daemon:
         self.stopping = True
         for task in list(self.inflight):
             task.cancel("lmd is shutting down")
+
+    def parse_setting(self, name: str, raw: Any) -> Any:
+        """A new value for `name` from text or JSON, or a SettingError sentence."""
+        return parse_setting(self.registry, name, raw)
 
     def settings(self) -> Settings:
         """A fresh snapshot (the CLI may change the table while we run)."""
@@ -162,11 +179,14 @@ class Daemon:
         return self._directives[1]
 
     async def warm_up(self) -> None:
-        """Import the backend client and load the tokenizer now, not on the first request."""
-        from . import tokens
+        """Import the backend client, probe the sandbox and load the tokenizer now, not on the
+        first request."""
+        from . import sandbox, tokens
 
         settings = self.settings()
         self.llm(settings)
+        # Probe for the command sandbox now (a short bwrap run), not on the first command.
+        await asyncio.to_thread(sandbox.detect)
         try:
             await asyncio.wait_for(
                 asyncio.to_thread(tokens.encoding_for, settings["openai_model"]), 10

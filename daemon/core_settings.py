@@ -1,6 +1,8 @@
-"""The core's own settings: the seed daemon's 18 plus a few the server needs."""
+"""The core's own settings: the seed daemon's 18, operative_karma, and a few the server needs."""
 
 from __future__ import annotations
+
+import re
 
 from .settings import Setting
 
@@ -20,6 +22,126 @@ def _check_endpoint(value: str) -> str | None:
     return None
 
 
+def _check_paths(value: object) -> str | None:
+    if not isinstance(value, list) or not all(
+        isinstance(p, str) and p.strip() and (p.startswith(("/", "~"))) and "\x00" not in p
+        for p in value
+    ):
+        return 'it must be a JSON list of absolute or ~ paths, like ["~/.secrets", "/srv/keys"]'
+    return None
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _check_env_names(value: object) -> str | None:
+    if not isinstance(value, list) or not all(
+        isinstance(n, str) and _ENV_NAME.match(n) for n in value
+    ):
+        return 'it must be a JSON list of environment variable names, like ["GOPATH"]'
+    from .sandbox import NEVER_PASSED
+
+    refused = sorted(set(value) & NEVER_PASSED)
+    if refused:
+        return f"{', '.join(refused)} never reaches a command (it is a secret of the daemon)"
+    return None
+
+
+# The sandbox guards the user's safety: every one of these is protected (only the CLI, or an
+# HTTP request with the token, may change it). See docs/sandbox.md.
+SANDBOX_SETTINGS = [
+    Setting(
+        "sandbox_level",
+        "read-only",
+        "choice",
+        "The sandbox for commands that run without a spoken yes: read-only, workspace-write "
+        "(the working directory writable: builds run without asking) or off (no sandbox).",
+        choices=("read-only", "workspace-write", "off"),
+        synonyms={
+            "readonly": "read-only",
+            "read only": "read-only",
+            "workspace": "workspace-write",
+            "workspace write": "workspace-write",
+            "none": "off",
+        },
+        protected=True,
+    ),
+    Setting(
+        "sandbox_hide_paths",
+        [],
+        "json",
+        "More paths hidden from sandboxed commands, beside ~/.ssh, ~/.aws, LMD_HOME and the "
+        "other secret places (JSON list).",
+        check=_check_paths,
+        protected=True,
+    ),
+    Setting(
+        "sandbox_memory_mb",
+        2048,
+        "int",
+        "Memory (data segment) one sandboxed process may use, in MiB.",
+        min=16,
+        max=1048576,
+        protected=True,
+    ),
+    Setting(
+        "sandbox_cpu_secs",
+        600,
+        "int",
+        "CPU seconds one sandboxed process may use.",
+        min=1,
+        max=86400,
+        protected=True,
+    ),
+    Setting(
+        "sandbox_file_size_mb",
+        1024,
+        "int",
+        "Largest file a sandboxed command may write, in MiB (also the size of its private /tmp).",
+        min=1,
+        max=1048576,
+        protected=True,
+    ),
+    Setting(
+        "sandbox_max_processes",
+        256,
+        "int",
+        "Most processes one sandboxed command may have at once.",
+        min=4,
+        max=100000,
+        protected=True,
+    ),
+    Setting(
+        "command_env_passthrough",
+        [],
+        "json",
+        "Environment variables passed to commands beside PATH, HOME, USER, LANG, LC_*, TZ, "
+        "TERM, SHELL (JSON list of names; never the API key or the token).",
+        check=_check_env_names,
+        protected=True,
+    ),
+]
+
+
+def _check_origins(value: object) -> str | None:
+    """A list of exact web origins: scheme://host[:port], nothing after."""
+    if not isinstance(value, list) or not all(isinstance(o, str) for o in value):
+        return 'it must be a JSON list of origins like ["http://localhost:3000"]'
+    for origin in value:
+        scheme, sep, rest = origin.partition("://")
+        if (
+            scheme not in ("http", "https")
+            or not sep
+            or not rest
+            or any(c in rest for c in "/?#@ \t")
+        ):
+            return (
+                f"{origin!r} is not an origin; write scheme://host[:port] exactly as the "
+                'browser shows it, e.g. "http://localhost:3000", with no path'
+            )
+    return None
+
+
 CORE_SETTINGS = [
     Setting("openai_model", "gpt-4.1-mini", "str", "Model id sent to the backend."),
     Setting(
@@ -33,7 +155,12 @@ CORE_SETTINGS = [
     Setting("llm_timeout_secs", 60.0, "float", "Seconds one backend call may take.", min=0.1),
     Setting("llm_max_retries", 2, "int", "Retries of one backend call.", min=0, max=10),
     Setting("system", "Ubuntu 22.04", "str", "The OS bash commands are written for."),
-    Setting("default_prompt", "dali", "str", "Mode used when no directive applies."),
+    Setting(
+        "default_prompt",
+        "dali",
+        "str",
+        "Mode used when no directive applies (one of the registered modes).",
+    ),
     Setting(
         "end_session_after_idle_secs", 300, "int", "Idle seconds before a session resets.", min=0
     ),
@@ -53,8 +180,27 @@ CORE_SETTINGS = [
     Setting("max_bash_output_len_for_response", 2000, "int", "Characters of output kept.", min=1),
     Setting("recent_history_limit", 50, "int", "Newest prompts considered.", min=1),
     Setting("default_karma", 1000, "int", "Karma of ordinary prompts.", min=0),
-    Setting("instructive_karma", 10000, "int", "Karma of crucial prompts.", min=0),
-    Setting("contextual_karma", 2500, "int", "Karma of promoted and task prompts.", min=0),
+    Setting(
+        "operative_karma",
+        25000,
+        "int",
+        "Karma of prompts the user promoted (the seed's operative kind, ranked first).",
+        min=0,
+    ),
+    Setting(
+        "instructive_karma",
+        10000,
+        "int",
+        "Karma of crucial prompts: a running task's instruction, cobol's current focus.",
+        min=0,
+    ),
+    Setting(
+        "contextual_karma",
+        2500,
+        "int",
+        "Karma of what finished work leaves: a done task's instruction and answer.",
+        min=0,
+    ),
     Setting("decorative_karma", 500, "int", "Karma of corrections and format help.", min=0),
     Setting("expiring_id_discount", 3.0, "float", "zeta: discount per prompt of distance.", min=0),
     Setting(
@@ -71,5 +217,15 @@ CORE_SETTINGS = [
         "float",
         "Seconds a request body may take to arrive (slow senders get 408).",
         min=0.1,
+    ),
+    *SANDBOX_SETTINGS,
+    Setting(
+        "allowed_origins",
+        [],
+        "json",
+        "Web origins (besides the daemon's own) whose pages may call lmd, e.g. "
+        '["http://localhost:3000"]; every page of such an origin acts as you.',
+        check=_check_origins,
+        protected=True,  # a listed page can drive every mode
     ),
 ]

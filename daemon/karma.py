@@ -12,9 +12,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-# Karma kinds, most important first. "contextual" is what a finished task's instruction and
-# answer become; "operative" is what the user promoted (both use contextual_karma).
-KINDS = ("operative", "instructive", "contextual", "default", "decorative", "none")
+# Karma kinds, most important first, each with the setting that holds its points. The seed's
+# four are operative (the user promoted it), instructive (the system considers it crucial),
+# default and decorative (corrections, help, format hints). lmd adds "contextual", between
+# instructive and default, for what finished work leaves behind (a done task's instruction
+# and answer, an applied change), and "none" for what must never be sent (settings talk).
+KIND_SETTINGS = {
+    "operative": "operative_karma",
+    "instructive": "instructive_karma",
+    "contextual": "contextual_karma",
+    "default": "default_karma",
+    "decorative": "decorative_karma",
+}
+KINDS = (*KIND_SETTINGS, "none")
 
 
 class Scorable(Protocol):
@@ -43,16 +53,10 @@ class Params:
 
 
 def karma_for(kind: str, settings: Mapping[str, Any] | Any) -> int:
-    """The karma points a prompt of this kind gets now."""
-    if kind in ("operative", "contextual"):
-        return settings["contextual_karma"]
-    if kind == "instructive":
-        return settings["instructive_karma"]
-    if kind == "decorative":
-        return settings["decorative_karma"]
+    """The karma points a prompt of this kind gets now (an unknown kind counts as default)."""
     if kind == "none":
         return 0
-    return settings["default_karma"]
+    return settings[KIND_SETTINGS.get(kind, "default_karma")]
 
 
 def _factor(discount: float, amount: float) -> float:

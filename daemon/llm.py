@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from .errors import BackendError
+from .words import plural
 
 
 def base_url(endpoint: str) -> str:
@@ -31,38 +32,40 @@ def endpoint_from(settings: Any, environ: dict | None = None) -> str:
     return base_url(settings["openai_chat_endpoint"])
 
 
+NO_KEY = "sk-no-key-needed"  # sent when there is no key: local servers ignore it
+
+
 def api_key(environ: dict | None = None) -> str:
     """OPENAI_API_KEY, or a placeholder that local servers ignore."""
     env = os.environ if environ is None else environ
-    return env.get("OPENAI_API_KEY") or "sk-no-key-needed"
+    return env.get("OPENAI_API_KEY") or NO_KEY
 
 
 class LLM:
     """A chat client bound to one endpoint; methods take the model per call."""
 
     def __init__(self, url: str, key: str, timeout: float, retries: int, model: str) -> None:
-        import httpx
+        import httpx2
         import openai
 
         from .http_pools import SpreadTransport
+        from .prepared_body import Endpoint
 
         self.url = url
         self.model = model
         self._key = key
         self.timeout = timeout
         self._openai = openai
-        self.client = openai.AsyncOpenAI(
-            base_url=url,
-            api_key=key,
-            timeout=timeout,
-            max_retries=retries,
-            http_client=httpx.AsyncClient(
-                timeout=timeout,
-                transport=SpreadTransport(max_connections=256, keepalive=64),
-            ),
+        http = httpx2.AsyncClient(
+            timeout=timeout, transport=SpreadTransport(max_connections=256, keepalive=64)
         )
-        self._fast = _fast_chat(self.client, key)
-        self._fast_completions = _fast_chat(self.client, key, completions=True)
+        self.client = openai.AsyncOpenAI(
+            base_url=url, api_key=key, timeout=timeout, max_retries=retries, http_client=http
+        )
+        # Plain-JSON calls take the lean way of daemon/prepared_body.py; None sends every call
+        # through the SDK's `create` (the tests compare both ways).
+        self._chat: Endpoint | None = Endpoint.chat(self.client, http)
+        self._completions: Endpoint | None = Endpoint.completions(self.client, http)
 
     async def close(self) -> None:
         await self.client.close()
@@ -79,9 +82,10 @@ class LLM:
         """The raw ChatCompletion object (for logprobs, n, reasoning fields)."""
         kwargs.setdefault("model", self.model)
         try:
-            body = self._fast.body(messages, kwargs) if self._fast is not None else None
+            endpoint = self._chat
+            body = endpoint.body(messages, kwargs) if endpoint is not None else None
             if body is not None:
-                return await self._fast.create(body)
+                return await endpoint.create(body)
             return await self.client.chat.completions.create(messages=messages, **kwargs)
         except Exception as e:
             raise self.explain(e) from e
@@ -90,10 +94,10 @@ class LLM:
         """The legacy completions endpoint (raw prompts for base models)."""
         kwargs.setdefault("model", self.model)
         try:
-            fast = self._fast_completions
-            body = fast.body(prompt, kwargs) if fast is not None else None
+            endpoint = self._completions
+            body = endpoint.body(prompt, kwargs) if endpoint is not None else None
             if body is not None:
-                return await fast.create(body)
+                return await endpoint.create(body)
             return await self.client.completions.create(prompt=prompt, **kwargs)
         except Exception as e:
             raise self.explain(e) from e
@@ -101,11 +105,12 @@ class LLM:
     async def stream(self, messages: list[dict], **kwargs: Any) -> AsyncIterator[str]:
         """Text chunks as the backend produces them."""
         kwargs.setdefault("model", self.model)
+        stream: Any = None
         try:
-            fast = self._fast
-            body = fast.body(messages, kwargs, stream=True) if fast is not None else None
+            endpoint = self._chat
+            body = endpoint.body(messages, kwargs, stream=True) if endpoint is not None else None
             if body is not None:
-                stream = fast.stream(body)
+                stream = endpoint.stream(body)
             else:
                 stream = await self.client.chat.completions.create(
                     messages=messages, stream=True, **kwargs
@@ -125,6 +130,9 @@ class LLM:
             raise
         except Exception as e:
             raise self.explain(e) from e
+        finally:
+            if stream is not None:
+                await stream.aclose()  # a reader that stops early frees the connection at once
 
     def explain(self, e: Exception) -> BackendError:
         """Map an openai/httpx exception to one sentence, never carrying the API key."""
@@ -140,7 +148,7 @@ class LLM:
             return e
         if isinstance(e, o.APITimeoutError):
             return BackendError(
-                f"The language model did not answer within {self.timeout:g} seconds; "
+                f"The language model did not answer within {plural(self.timeout, 'second')}; "
                 "try again, or raise llm_timeout_secs.",
                 status=504,
             )
@@ -182,17 +190,6 @@ def shown_url(url: str) -> str:
     if "@" not in parts.netloc:
         return url
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
-
-
-def _fast_chat(client: Any, key: str, completions: bool = False) -> Any:
-    """The lean chat (or legacy completions) path of daemon/fastchat.py, or None if this SDK
-    lacks what it needs."""
-    from .fastchat import FastChat, FastCompletions
-
-    try:
-        return (FastCompletions if completions else FastChat)(client, key)
-    except (AttributeError, TypeError, ValueError, ImportError):
-        return None
 
 
 def _short(e: Exception) -> str:

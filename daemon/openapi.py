@@ -50,10 +50,13 @@ def _json(description: str, schema: dict | None = None) -> dict:
 
 
 COMMON_ERRORS = {
-    "401": _error("Missing or wrong bearer token (when the daemon has one)."),
-    "403": _error("A non-loopback Host or a cross-origin request, or a protected setting."),
+    "401": _error(
+        "Not the daemon's owner: no valid bearer token, and (on Linux loopback) "
+        "the client runs as another user."
+    ),
+    "403": _error("A non-loopback Host, a page of another origin, or a protected setting."),
     "500": _error("An unexpected failure, explained in one sentence."),
-    "503": _error("The database is locked by another program."),
+    "503": _error("The database is locked, or default_prompt names a mode that is not loaded."),
     "507": _error("The disk holding the database is full."),
 }
 

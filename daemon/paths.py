@@ -1,15 +1,22 @@
-"""Two rules for files that features read and write on a user's behalf.
+"""Rules for files that features read and write on a user's behalf.
 
 - An output that would destroy an existing file is refused unless the user said so
   (`--force`): a mistyped `-o` must not cost a day of judged battles.
 - A path that arrives over HTTP may only name a file inside the daemon's home (LMD_HOME) or
   the package's own files; `..`, absolute paths and symlinks leading out are refused. Over
   HTTP the caller is a program, not the person at the keyboard, so it must not make the
-  daemon read (and send to a model) an arbitrary file such as ~/.ssh/id_rsa.
+  daemon read (and send to a model) an arbitrary file such as ~/.ssh/id_rsa. Settings that
+  name a file or directory the daemon opens are protected (only the CLI or a request with
+  the token may set them), so the rule need not be checked again when they are used.
+- Outputs are written atomically (a temporary file, then rename) with the mode a plain
+  `open(path, "w")` would give: the umask's for a new file, the old mode for a replaced one.
+  Only secrets are 0600.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 from pathlib import Path
 
 from daemon.errors import LmdError
@@ -51,3 +58,29 @@ def allowed_http_path(value: str, home: Path, what: str = "file") -> Path:
             status=403,
         )
     return resolved
+
+
+def write_atomic(path: str | Path, data: str | bytes, secret: bool = False) -> None:
+    """Write `data` to `path` all at once or not at all (temporary file + rename).
+
+    A new file gets 0666 minus the umask, a replaced one keeps its mode, a secret gets 0600.
+    (tempfile.mkstemp would make every output 0600, whatever the umask.)
+    """
+    target = Path(path)
+    blob = data.encode("utf-8") if isinstance(data, str) else data
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if secret else 0o666)
+    try:
+        if not secret:
+            try:
+                os.fchmod(fd, target.stat().st_mode & 0o7777)
+            except FileNotFoundError:
+                pass  # a new file: os.open applied the umask already
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

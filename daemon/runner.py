@@ -1,5 +1,7 @@
-"""Run a bash command for a mode: own process group, no terminal or stdin, a timeout that
-kills the whole group, and output cut on a character boundary with a visible marker."""
+"""Run a bash command for a mode: own process group, no terminal or stdin, an allowlisted
+environment, a timeout that kills the whole group, output cut on a character boundary with a
+visible marker and cleaned of secrets, and (when a policy is given) the OS sandbox of
+`daemon.sandbox`."""
 
 from __future__ import annotations
 
@@ -7,12 +9,21 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import sandbox as sandboxing
+
+if TYPE_CHECKING:
+    from .sandbox import Policy
 
 # Read at most this many bytes per character we keep, so a flood cannot fill memory.
 _BYTES_PER_CHAR = 4
 _GRACE_SECS = 0.3  # after bash exits, how long background jobs may hold the pipe open
+REDACTED = "[redacted]"
+_MIN_SECRET = 8  # shorter values would mangle ordinary output; such a token is weak anyway
 
 
 @dataclass
@@ -24,6 +35,9 @@ class CommandResult:
     duration: float
     timed_out: bool = False
     truncated: bool = False
+    sandbox: str = sandboxing.NONE  # read-only | workspace-write | none
+    blocked: str | None = None  # why the sandbox (probably) stopped it
+    redacted: bool = False  # a secret was cut out of the output
 
     def describe(self) -> str:
         """An observation for the model and the user."""
@@ -45,6 +59,40 @@ def cut(text: str, limit: int, unread_bytes: int = 0) -> tuple[str, bool]:
     if unread_bytes:
         parts.append(f"{unread_bytes} more bytes")
     return text[:limit] + f"\n[output cut: {' and '.join(parts)}]", True
+
+
+def redact(text: str, secrets: Sequence[str]) -> tuple[str, bool]:
+    """Replace every secret in `text`, and a secret's beginning where the text was cut."""
+    found = False
+    for secret in sorted(
+        {s for s in secrets if s and len(s) >= _MIN_SECRET}, key=len, reverse=True
+    ):
+        if secret in text:
+            text, found = text.replace(secret, REDACTED), True
+        for k in range(len(secret) - 1, _MIN_SECRET - 1, -1):
+            if text.endswith(secret[:k]):
+                text, found = text[:-k] + REDACTED, True
+                break
+    return text, found
+
+
+def environment_secrets() -> list[str]:
+    """Secrets the daemon holds in its own environment (never passed to a command)."""
+    return [os.environ[n] for n in sandboxing.NEVER_PASSED if os.environ.get(n)]
+
+
+def daemon_secrets(daemon: Any) -> list[str]:
+    """The daemon's token and the configured API key: redacted from every command's output."""
+    from .llm import api_key
+
+    found = environment_secrets()
+    token = getattr(daemon, "token", None)
+    if token:
+        found.append(str(token))
+    key = api_key()
+    if key and key != "sk-no-key-needed":
+        found.append(key)
+    return found
 
 
 def usable_cwd(cwd: str | None) -> tuple[str, str | None]:
@@ -71,20 +119,80 @@ async def run_command(
     timeout: float,
     max_chars: int,
     env: dict | None = None,
+    *,
+    sandbox: Policy | None = None,
+    passthrough: Sequence[str] = (),
+    secrets: Sequence[str] = (),
+    setup: str = "",
+    pass_fds: Sequence[int] = (),
 ) -> CommandResult:
-    """Run `command` with bash in `cwd`; never raises for the command's own failures."""
+    """Run `command` with bash in `cwd`; never raises for the command's own failures.
+
+    `env` adds variables to the allowlisted environment (`sandbox.command_env`), `passthrough`
+    names more to copy from the daemon's; `secrets` are cut out of the output (the daemon's
+    API key and token always are). `setup` is a bash line run before the command (e.g. a
+    trap), `pass_fds` are inherited. With `sandbox` the command runs inside the OS sandbox
+    with its limits; without it, unsandboxed (the user approved it, or chose no sandbox)."""
     start = time.monotonic()
+    variables = sandboxing.command_env(cwd, env, passthrough)
+    prepared = None
+    if sandbox is not None:
+        script = sandboxing.wrap_script(sandbox, command, setup)
+        prepared = sandboxing.prepare(sandbox, ["bash", "-c", script])
+        variables.update(prepared.env)
+        argv = prepared.argv
+        fds = (*pass_fds, *prepared.pass_fds)
+    else:
+        script = f"{setup}\n{command}" if setup else command
+        argv, fds = ["bash", "-c", script], tuple(pass_fds)
+    try:
+        result = await _run(argv, cwd, timeout, max_chars, variables, fds, prepared)
+    finally:
+        if prepared is not None:
+            prepared.close()  # nothing of the command survives it, even as root
+    text, overflow, exit_code, timed_out = result
+    text, redacted = redact(text, [*environment_secrets(), *secrets])
+    output, truncated = cut(text, max_chars, overflow)
+    level = sandbox.level if sandbox is not None else sandboxing.NONE
+    blocked = None
+    if sandbox is not None and not timed_out:
+        blocked = sandboxing.blocked_reason(sandbox, command, text, exit_code)
+    return CommandResult(
+        command=command,
+        cwd=cwd,
+        exit_code=exit_code,
+        output=output,
+        duration=time.monotonic() - start,
+        timed_out=timed_out,
+        truncated=truncated,
+        sandbox=level,
+        blocked=blocked,
+        redacted=redacted,
+    )
+
+
+async def _run(
+    argv: list[str],
+    cwd: str,
+    timeout: float,
+    max_chars: int,
+    env: dict,
+    pass_fds: tuple[int, ...],
+    prepared: Any,
+) -> tuple[str, int, int | None, bool]:
+    """(decoded output, bytes not read, exit code or None, timed out)."""
     proc = await asyncio.create_subprocess_exec(
-        "bash",
-        "-c",
-        command,
+        *argv,
         cwd=cwd,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,  # own process group, no controlling terminal
         env=env,
+        pass_fds=pass_fds,
     )
+    if prepared is not None:
+        prepared.started()
     cap = max_chars * _BYTES_PER_CHAR + _BYTES_PER_CHAR
     chunks: list[bytes] = []
     size = 0
@@ -129,13 +237,4 @@ async def run_command(
         except (TimeoutError, asyncio.CancelledError):
             reader.cancel()
     text = b"".join(chunks).decode("utf-8", errors="replace").replace("\x00", "\\0")
-    output, truncated = cut(text, max_chars, overflow)
-    return CommandResult(
-        command=command,
-        cwd=cwd,
-        exit_code=None if timed_out else proc.returncode,
-        output=output,
-        duration=time.monotonic() - start,
-        timed_out=timed_out,
-        truncated=truncated,
-    )
+    return text, overflow, None if timed_out else proc.returncode, timed_out

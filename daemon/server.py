@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import os
 import signal
 import socket
 import sys
@@ -41,11 +42,12 @@ def is_loopback(host: str) -> bool:
 
 
 def check_policy(host: str, token: str | None) -> None:
-    """Binding beyond loopback is allowed only with a token."""
+    """Binding beyond loopback needs a token chosen on purpose (LMD_TOKEN or --token-file):
+    remote clients must be given it, and the kernel cannot vouch for them."""
     if not is_loopback(host) and not token:
         raise LmdError(
             f"Refusing to listen on {host} without a token: anyone on the network could run "
-            "commands. Set LMD_TOKEN or pass --token, or bind to 127.0.0.1."
+            "commands. Set LMD_TOKEN or pass --token-file FILE, or bind to 127.0.0.1."
         )
 
 
@@ -62,22 +64,62 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
-def serve(bind: str, home: Path | None, token: str | None) -> int:
-    """Run until SIGTERM/SIGINT; in-flight requests get shutdown_grace_secs to finish."""
+def sandbox_state(level: str) -> str:
+    """One line on how commands are sandboxed (for the start-up message and `lmd doctor`)."""
+    from . import sandbox
+
+    if level == sandbox.OFF:
+        return (
+            "off (sandbox_level is off): commands that look read-only run unsandboxed; "
+            "set it to read-only to sandbox them."
+        )
+    found = sandbox.detect()
+    if not found.available:
+        return (
+            f"{found.sentence()} Until then, with marat_approval unsafe, every command waits "
+            "for a spoken yes."
+        )
+    return f"sandbox_level {level}: {found.sentence()}"
+
+
+def serve(
+    bind: str, home: Path | None, token_file: Path | None = None, peer_auth: bool = True
+) -> int:
+    """Run until SIGTERM/SIGINT; in-flight requests get shutdown_grace_secs to finish.
+
+    Only the owner gets in (daemon.guard): the token, always set (LMD_HOME/token is created
+    on first start), or on Linux loopback the kernel's word that the client is the same user.
+    """
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config
 
     from .app import create_app
+    from .home import default_home, secure_home, server_token
+    from .peer import supported
 
     host, port = parse_bind(bind)
-    check_policy(host, token)
+    check_policy(host, str(token_file) if token_file else os.environ.get("LMD_TOKEN"))
     check_port_free(host, port)
-    app = create_app(home=home, token=token, loopback_only=is_loopback(host))
+    home = Path(home) if home else default_home()
+    secure_home(home)
+    token, token_source = server_token(home, token_file)
+    loopback = is_loopback(host)
+    peer = peer_auth and loopback and supported()
+    app = create_app(
+        home=home, token=token, loopback_only=loopback, peer_check="kernel" if peer else None
+    )
     daemon = app.daemon
     settings = daemon.settings()
     problems = settings.problems()
     if problems:
         raise LmdError("Some settings are invalid: " + " ".join(problems))
+    if settings["default_prompt"] not in daemon.modes:
+        logging.getLogger("lmd.server").warning(
+            "default_prompt is %r, which no loaded plugin provides; utterances without a "
+            "directive will be refused until it names one of: %s",
+            settings["default_prompt"],
+            ", ".join(sorted(daemon.modes)),
+        )
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.graceful_timeout = settings["shutdown_grace_secs"]
@@ -87,13 +129,16 @@ def serve(bind: str, home: Path | None, token: str | None) -> int:
 
     from . import tokens
 
+    who = "your own processes, or requests with" if peer else "requests with"
     print(
         f"lmd listening on http://{config.bind[0]} (database {daemon.store.path}, "
         f"modes {', '.join(sorted(daemon.modes))}, "
-        f"tokens {tokens.tokenizer_name(settings['openai_model'])})",
+        f"tokens {tokens.tokenizer_name(settings['openai_model'])}); "
+        f"it answers only {who} the token from {token_source}",
         file=sys.stderr,
         flush=True,
     )
+    print(f"lmd sandbox: {sandbox_state(settings['sandbox_level'])}", file=sys.stderr, flush=True)
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -49,8 +49,8 @@ class Setting:
     synonyms: Mapping[str, str] = field(default_factory=dict)
     check: Callable[[Any], str | None] | None = None
     plugin: str = "core"
-    # Protected settings guard the user's safety (e.g. command approval): over HTTP they can be
-    # changed only when the daemon has a token (and the request presents it); the CLI always can.
+    # Protected settings guard the user's safety (e.g. command approval): over HTTP they change
+    # only for a request that presents the daemon's token; the CLI always can.
     protected: bool = False
 
     def allowed(self) -> str:
@@ -143,13 +143,15 @@ class Setting:
         return SettingError(f"{self.name} cannot be {_show(raw)}; it must be {self.allowed()}.")
 
 
-def refuse_if_protected(spec: Setting, has_token: bool) -> None:
+def refuse_if_protected(spec: Setting, token_presented: bool) -> None:
     """Refuse (403) a change to a protected setting that arrives over HTTP (a route, or a mode
-    answering /v1) when the daemon has no token: any local process or web page could send it."""
-    if spec.protected and not has_token:
+    answering /v1) without the daemon's token: being the owner's process is not enough for
+    these (see daemon.guard.token_presented)."""
+    if spec.protected and not token_presented:
         raise LmdError(
             f"The setting {spec.name} is protected: change it with "
-            f"`lmd settings set {spec.name} ...`, or run the daemon with a token.",
+            f"`lmd settings set {spec.name} ...`, or send the daemon's token with the request "
+            "(lmd say sends it by itself).",
             status=403,
         )
 

@@ -100,7 +100,24 @@ def m002_sessions(db: sqlite_utils.Database) -> None:
     )
 
 
-CORE_MIGRATIONS: list[Migration] = [m001_prompts, m002_sessions]
+def m003_operative_karma(db: sqlite_utils.Database) -> None:
+    """Promoted prompts got contextual_karma before operative_karma existed; give them the
+    operative points, so the seed's order (operative above instructive) holds for old rows
+    too. A row already worth more keeps its points."""
+    from .core_settings import CORE_SETTINGS
+
+    points = next(s.default for s in CORE_SETTINGS if s.name == "operative_karma")
+    if "settings" in db.table_names():
+        row = db.execute("SELECT value FROM settings WHERE name = 'operative_karma'").fetchone()
+        if row is not None:
+            try:
+                points = int(row[0])
+            except ValueError:
+                pass  # a bad stored value is reported when the settings are read
+    db.execute("UPDATE prompts SET karma = MAX(karma, ?) WHERE kind = 'operative'", [points])
+
+
+CORE_MIGRATIONS: list[Migration] = [m001_prompts, m002_sessions, m003_operative_karma]
 
 
 class Store:
@@ -267,6 +284,15 @@ class Store:
             self.db.execute(
                 f"UPDATE prompts SET {sets} WHERE id = ?", [*fields.values(), prompt_id]
             )
+
+    def ids_of_kind(self, session: str, kind: str, mode: str | None = None) -> list[int]:
+        """Ids of a session's prompts of one karma kind (of one mode, when given)."""
+        sql = "SELECT id FROM prompts WHERE session = ? AND kind = ?"
+        args: list[Any] = [session, kind]
+        if mode is not None:
+            sql += " AND mode = ?"
+            args.append(mode)
+        return [r["id"] for r in self._read(sql, args)]
 
     def set_karma(self, ids: Iterable[int], kind: str, karma: float) -> None:
         ids = list(ids)

@@ -1,4 +1,5 @@
-"""One utterance, walked through: parse, resolve the mode, store, respond, store.
+"""One utterance, walked through: parse, resolve the mode, store, respond, store; and the one
+reply path (`TurnReply`) that /v1 and /v1/chat/completions render in their own formats.
 
 The user's turn is stored before any model call, so a failing backend never loses it.
 """
@@ -8,13 +9,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import directives, sessions
 from .errors import LmdError
 from .modes import Context, record_turn
+from .speak import speak_stream, speakable
 
 if TYPE_CHECKING:
     from .core import Daemon
@@ -22,6 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("lmd.turn")
 
 CUT_SENTENCE = "The daemon stopped before this was finished; say it again."
+SHUTDOWN_SENTENCE = "lmd is shutting down and stopped this request; say it again once it is back."
 
 
 @dataclass
@@ -74,12 +78,18 @@ async def run_turn(
             settings["end_session_after_idle_secs"],
             now,
         )
+        if mode_name not in daemon.modes and mode_name != settings["default_prompt"]:
+            # The session's last mode (or its pending question) belongs to a plugin that is
+            # gone: answer as after a pause.
+            mode_name, pending = settings["default_prompt"], None
         mode = daemon.modes.get(mode_name)
         if mode is None:
             raise LmdError(
-                f"There is no mode called {mode_name}; set default_prompt to one of "
-                f"{', '.join(sorted(daemon.modes))}.",
-                status=500,
+                f"The setting default_prompt names the mode {mode_name!r}, which is not "
+                f"loaded; start with a directive ({', '.join(sorted(daemon.modes))}), or "
+                f"set default_prompt to one of them with `lmd settings set default_prompt "
+                "...`.",
+                status=503,
             )
         outcome.mode = mode_name
         session.pending = None  # handed to the mode now; it may set a new one
@@ -165,3 +175,95 @@ def _record_failure(store, outcome: Outcome, store_turn, message: str, session) 
     outcome.reply_prompt_id = store_turn("error", message, "none", status="error")
     session.last_active = time.time()
     store.save_session(session)
+
+
+def working_directory(cwd: str | None) -> str | None:
+    """The client's working directory (X-Cwd or ?cwd=): an absolute path, or None."""
+    if cwd and ("\x00" in cwd or not Path(cwd).is_absolute()):
+        raise LmdError("The working directory must be an absolute path.")
+    return cwd or None
+
+
+class EventFormat(Protocol):
+    """How one route writes a streamed reply as server-sent events."""
+
+    def opening(self, first: str | None) -> Iterable[str]:
+        """The events for the first chunk (None when the reply is empty)."""
+
+    def chunk(self, text: str) -> str:
+        """The event for each further chunk."""
+
+    def closing(self, said: str) -> Iterable[str]:
+        """The events after the last chunk; `said` is the whole reply."""
+
+    def error(self, e: LmdError) -> str:
+        """The event for a failure once the response has started."""
+
+
+class TurnReply:
+    """One turn being answered, whole or streamed: the reply path /v1 and
+    /v1/chat/completions share, each rendering it in its own format.
+
+    A whole reply is tracked as in flight, so a shutdown that cuts it still answers with a
+    sentence. A stream pulls its first chunk before the response starts (`start`), so an early
+    failure gets a real HTTP status. With `speak`, markdown is stripped for text-to-speech.
+    """
+
+    def __init__(
+        self,
+        daemon: Daemon,
+        session: str,
+        text: str,
+        *,
+        stream: bool = False,
+        speak: bool = False,
+        cwd: str | None = None,
+        mode: str | None = None,
+    ) -> None:
+        self.daemon = daemon
+        self.outcome = Outcome(session=session)
+        self.speak = speak
+        self.first: str | None = None
+        chunks = run_turn(daemon, session, text, self.outcome, stream, working_directory(cwd), mode)
+        self.chunks = speak_stream(chunks) if speak and stream else chunks
+
+    async def whole(self) -> str:
+        """The whole reply; with `speak`, also reported to JSON clients as `speech`."""
+        daemon = self.daemon
+        task = asyncio.current_task()
+        daemon.inflight.add(task)
+        try:
+            reply = "".join([c async for c in self.chunks])
+        except asyncio.CancelledError:
+            if not daemon.stopping:
+                raise
+            task.uncancel()  # our own cut (see Daemon.stop_inflight): answer with a sentence
+            raise LmdError(SHUTDOWN_SENTENCE, status=503) from None
+        finally:
+            daemon.inflight.discard(task)
+        if self.speak:
+            reply = speakable(reply)
+            self.outcome.extra = {**self.outcome.extra, "speech": reply}
+        return reply
+
+    async def start(self) -> str | None:
+        """Pull the first chunk (None for an empty reply) before the response begins."""
+        self.first = await anext(self.chunks, None)
+        return self.first
+
+    async def events(self, form: EventFormat) -> AsyncIterator[str]:
+        """The started stream as server-sent events in `form`, ending with [DONE]."""
+        said = [self.first or ""]
+        try:
+            for event in form.opening(self.first):
+                yield event
+            async for chunk in self.chunks:
+                said.append(chunk)
+                yield form.chunk(chunk)
+            for event in form.closing("".join(said)):
+                yield event
+        except LmdError as e:
+            yield form.error(e)
+        finally:
+            await self.chunks.aclose()  # type: ignore[attr-defined]
+        yield "data: [DONE]\n\n"

@@ -19,6 +19,7 @@ import re
 from collections.abc import AsyncIterator
 
 from daemon.errors import LmdError
+from daemon.guard import token_presented
 from daemon.hookspecs import hookimpl
 from daemon.modes import Context, Mode
 from daemon.settings import SettingError, Settings, env_name, refuse_if_protected
@@ -175,9 +176,12 @@ def handle(ctx: Context) -> str:
     if verb in ("set", "change", "make", "put") and rest:
         name, raw = _split_name_value(rest, settings)
         spec = settings.spec(name)
-        refuse_if_protected(spec, bool(ctx.daemon.token))
+        refuse_if_protected(spec, token_presented())
+        from daemon.core import check_setting  # here: `lmd --help` must not import asyncio
+
         try:
             value = typed_value(raw, spec)
+            check_setting(ctx.daemon.registry, name, value)
         except SettingError as e:
             raise SettingError(e.message.replace(name, _said(name), 1)) from None
         store.set_setting(name, spec.dump(value))
@@ -186,7 +190,7 @@ def handle(ctx: Context) -> str:
     if verb in ("reset", "default", "restore") and rest:
         name = setting_name(" ".join(rest), settings)
         spec = settings.spec(name)
-        refuse_if_protected(spec, bool(ctx.daemon.token))
+        refuse_if_protected(spec, token_presented())
         store.set_setting(name, spec.dump(spec.default))
         ctx.extra["setting"] = {"name": name, "value": spec.default}
         return f"{_said(name)} is back to its default, {show(spec.default, spec)}." + _env_note(

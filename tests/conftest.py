@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import LiveDaemon, configure
+from tests.daemons import IN_PROCESS, LiveDaemon, configure
 from tests.fake_backend import FakeBackend
 
 
@@ -62,12 +62,15 @@ def make_client(home: Path):
 
     clients = []
 
-    def make(pm=None, token: str | None = None, **settings: object) -> TestClient:
+    def make(
+        pm=None, token: str | None = None, peer: bool = True, **settings: object
+    ) -> TestClient:
+        """`peer`: the in-process client counts as the daemon's own user (as the kernel says
+        of the owner's processes on a live daemon); False lets only the token in."""
         if settings:
             configure(home, **settings)
-        client = TestClient(
-            create_app(home=home, pm=pm, token=token), base_url="http://127.0.0.1:8420"
-        )
+        app = create_app(home=home, pm=pm, token=token, peer_check=IN_PROCESS if peer else None)
+        client = TestClient(app, base_url="http://127.0.0.1:8420")
         client.__enter__()
         clients.append(client)
         return client

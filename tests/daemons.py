@@ -36,6 +36,11 @@ def configure(home: Path, **settings: object) -> None:
     store.close()
 
 
+def IN_PROCESS(scope: dict) -> bool:  # noqa: N802
+    """The peer check for in-process apps: their clients are the owner (there is no socket)."""
+    return True
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -70,7 +75,7 @@ class LiveDaemon:
         )
         self.wait_ready()
 
-    def wait_ready(self, timeout: float = 20.0) -> None:
+    def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -81,6 +86,9 @@ class LiveDaemon:
                         return
             except OSError:
                 time.sleep(0.05)
+        # Nobody holds this daemon yet (the constructor raises): stop it, or it outlives the run.
+        self.proc.kill()
+        self.proc.wait()
         raise RuntimeError(f"lmd serve did not become ready:\n{self.output()}")
 
     def output(self) -> str:
@@ -218,3 +226,23 @@ def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
             return True
         time.sleep(interval)
     return predicate()
+
+
+def apt_tool(name: str, package: str | None = None) -> str:
+    """The path of a system tool (chromium, curl), installed with apt when missing (CI runs
+    as root on a fresh machine); skips the test, saying why, where that is impossible."""
+    import shutil
+
+    import pytest
+
+    found = shutil.which(name) or (name == "chromium" and shutil.which("chromium-browser"))
+    if found:
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.skip(f"{name} is not installed and cannot be installed here (needs root + apt)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", package or name]):
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+        if done.returncode != 0:
+            pytest.skip(f"could not install {name} ({' '.join(cmd)} failed): {done.stderr[-300:]}")
+    return shutil.which(name) or pytest.skip(f"{name} installed but not on PATH")

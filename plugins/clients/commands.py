@@ -38,7 +38,8 @@ def add_commands(cli: click.Group) -> None:
     @click.option("--session", "-s", envvar="LMD_SESSION", help="Session name.")
     @click.option("--cwd", help="Working directory the command is for (absolute path).")
     def propose(line: tuple[str, ...], url: str | None, session: str | None, cwd: str | None):
-        """Print one proposed bash command for LINE; nothing is run."""
+        """Print one proposed bash command for LINE; nothing is run (control characters and
+        escape sequences are removed: the line goes into your command line)."""
         from daemon.client import ClientError, request
 
         headers = {"Accept": "text/plain"}
@@ -50,7 +51,11 @@ def add_commands(cli: click.Group) -> None:
             _, _, raw = request("POST", "/v1/propose", " ".join(line), url=url, headers=headers)
         except ClientError as e:
             _fail(e.message)
-        click.echo(raw.decode("utf-8").rstrip("\n"))
+        from daemon.terminal import clean
+
+        # The line goes into the shell's command line: no escape sequence may hide or
+        # rewrite any part of it, terminal or not.
+        click.echo(clean(raw.decode("utf-8")).strip())
 
     @cli.group()
     def service() -> None:

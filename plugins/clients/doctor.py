@@ -2,7 +2,7 @@
 
 Checks: other distributions owning lmd's import names, plugins, database path and integrity,
 invalid settings, backend reachable (and its models), logprobs support, the tokenizer in use,
-the bind/token policy, a running daemon.
+the command sandbox, the bind/token policy, a running daemon.
 A "fail" makes the exit code 1; a "warn" does not (it limits a feature, lmd still works).
 """
 
@@ -211,12 +211,27 @@ def check_tokenizer(model: str) -> Finding:
     )
 
 
+def check_sandbox(settings: Any) -> Finding:
+    """Can commands run in the OS sandbox here? Without one, marat asks before every command."""
+    from daemon import sandbox
+    from daemon.errors import LmdError
+    from daemon.server import sandbox_state
+
+    try:
+        level = settings["sandbox_level"]
+    except LmdError:
+        level = sandbox.READ_ONLY  # the settings check reports the bad value
+    found = sandbox.detect()
+    status = OK if level != sandbox.OFF and found.available and not found.warnings else WARN
+    return Finding("sandbox", status, sandbox_state(level))
+
+
 def check_policy(environ: dict) -> Finding:
     from daemon.errors import LmdError
     from daemon.server import is_loopback, parse_bind
 
     bind = environ.get("LMD_BIND") or "127.0.0.1:8420"
-    token = environ.get("LMD_TOKEN")
+    token = environ.get("LMD_TOKEN") or environ.get("LMD_TOKEN_FILE")
     try:
         host, port = parse_bind(bind)
     except LmdError as e:
@@ -225,15 +240,92 @@ def check_policy(environ: dict) -> Finding:
         return Finding(
             "bind",
             FAIL,
-            f"LMD_BIND is {bind} but LMD_TOKEN is not set: `lmd serve` refuses to listen beyond "
-            "loopback without a token. Set LMD_TOKEN or bind 127.0.0.1.",
+            f"LMD_BIND is {bind} but neither LMD_TOKEN nor LMD_TOKEN_FILE is set: `lmd serve` "
+            "refuses to listen beyond loopback without a token chosen on purpose. Set one, or "
+            "bind 127.0.0.1.",
         )
-    if token and len(token) < 16:
+    if environ.get("LMD_TOKEN") and len(environ["LMD_TOKEN"]) < 16:
         return Finding(
             "bind", WARN, "LMD_TOKEN is shorter than 16 characters; use a long random one."
         )
     where = "loopback only" if is_loopback(host) else "the network, with a token"
     return Finding("bind", OK, f"lmd serve would listen on {host}:{port} ({where}).")
+
+
+def check_private_files(home: Path) -> Finding:
+    """LMD_HOME 0700; the database, its WAL files and the token 0600 (serve fixes them)."""
+    import stat
+
+    from daemon.home import PRIVATE_FILES
+
+    loose = []
+    for path in [home, *(home / name for name in PRIVATE_FILES)]:
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except OSError:
+            continue
+        if mode & 0o077:
+            loose.append(f"{path} ({mode:o})")
+    if loose:
+        return Finding(
+            "files",
+            WARN,
+            f"Other users can read {', '.join(loose)}; `lmd serve` fixes this when it starts, "
+            f"or run `chmod 700 {home}` and `chmod 600` on the files now.",
+        )
+    return Finding("files", OK, f"{home} and its files are private to you.")
+
+
+def token_command_lines(proc: Path = Path("/proc")) -> list[tuple[int, str]]:
+    """(pid, command) of running `lmd serve` processes given a token on their command line."""
+    found = []
+    try:
+        entries = list(proc.iterdir())
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode("utf-8", "replace").split("\0")
+        except OSError:
+            continue
+        lmd = any(a.endswith(("lmd", "lmd.pyz", "daemon.cli")) for a in argv[:3])
+        token = any(a == "--token" or a.startswith("--token=") for a in argv)
+        if lmd and token and "serve" in argv:
+            found.append((int(entry.name), " ".join(a for a in argv[:3] if a)))
+    return found
+
+
+def check_token(home: Path, environ: dict) -> Finding:
+    """No token on a command line, where `ps` shows it to everyone; the token file private."""
+    exposed = token_command_lines()
+    if exposed:
+        pids = ", ".join(str(pid) for pid, _ in exposed)
+        return Finding(
+            "token",
+            WARN,
+            f"A running lmd (pid {pids}) got its token on the command line, where every user "
+            "sees it in `ps`; restart it with --token-file FILE or LMD_TOKEN, and pick a new "
+            "token.",
+        )
+    path = Path(environ.get("LMD_TOKEN_FILE") or home / "token")
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        if environ.get("LMD_TOKEN"):
+            return Finding("token", OK, "The token comes from LMD_TOKEN.")
+        return Finding(
+            "token", OK, f"There is no token yet; `lmd serve` creates {path} on first start."
+        )
+    if mode & 0o077:
+        return Finding(
+            "token",
+            WARN,
+            f"The token file {path} is readable by other users (mode {mode:o}); run "
+            f"`chmod 600 {path}`.",
+        )
+    return Finding("token", OK, f"The token is in {path}, readable by you only.")
 
 
 def check_daemon(environ: dict) -> Finding:
@@ -304,7 +396,10 @@ def run_checks(home: Path, offline: bool = False, environ: dict | None = None) -
         findings.extend(check_backend(settings))
     model = settings["openai_model"] if settings_ok else "gpt-4.1-mini"
     findings.append(check_tokenizer(model))
+    findings.append(check_sandbox(settings))
     findings.append(check_policy(env))
+    findings.append(check_private_files(home))
+    findings.append(check_token(home, env))
     if not offline:
         findings.append(check_daemon(env))
     return findings

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -324,14 +323,12 @@ async def chat_completions(request: Any) -> Any:
 
 
 async def _chat(request: Any) -> Any:
-    from pathlib import Path
-
     from starlette.responses import JSONResponse, StreamingResponse
 
     from daemon import tokens
     from daemon.app import read_json, session_name
-    from daemon.speak import speak_stream, speakable, wants_speech
-    from daemon.turn import Outcome, run_turn
+    from daemon.speak import wants_speech
+    from daemon.turn import TurnReply, working_directory
 
     daemon = request.app.state.daemon
     body = await read_json(request, daemon)
@@ -342,13 +339,14 @@ async def _chat(request: Any) -> Any:
         session = session_name(request, header or chat.user)
     except LmdError as e:
         raise OpenAIError(e.message, param="X-Session" if header else "user") from None
-    cwd = request.headers.get("x-cwd")
-    if cwd and not Path(cwd).is_absolute():
-        raise OpenAIError("The X-Cwd header must be an absolute path.", param="X-Cwd")
+    try:
+        cwd = working_directory(request.headers.get("x-cwd"))
+    except LmdError:
+        raise OpenAIError("The X-Cwd header must be an absolute path.", param="X-Cwd") from None
     speak = wants_speech(request.headers, request.query_params)
-    outcome = Outcome(session=session)
-    chunks = run_turn(daemon, session, chat.utterance, outcome, chat.stream, cwd, chat.mode)
-    created = int(time.time())
+    turn = TurnReply(
+        daemon, session, chat.utterance, stream=chat.stream, speak=speak, cwd=cwd, mode=chat.mode
+    )
     model_name = daemon.settings()["openai_model"]
 
     def usage(reply: str) -> dict:
@@ -356,82 +354,75 @@ async def _chat(request: Any) -> Any:
         c = tokens.count(reply, model_name)
         return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
-    if not chat.stream:
-        reply = "".join([c async for c in chunks])
-        if speak:
-            reply = speakable(reply)
-        return JSONResponse(
-            {
-                "id": f"chatcmpl-lmd-{outcome.user_prompt_id}",
-                "object": "chat.completion",
-                "created": created,
-                "model": chat.model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": reply},
-                        "finish_reason": "stop",
-                        "logprobs": None,
-                    }
-                ],
-                "usage": usage(reply),
-                "lmd": outcome.to_json(),
-            }
-        )
-    if speak:
-        chunks = speak_stream(chunks)
-    # Pull the first chunk before answering, so early failures get a real HTTP status.
-    first = await anext(chunks, None)
-    events = _sse(first, chunks, outcome, chat, created, usage)
-    return StreamingResponse(events, media_type="text/event-stream")
+    form = ChatFormat(chat, turn.outcome, usage)
+    if chat.stream:
+        await turn.start()
+        return StreamingResponse(turn.events(form), media_type="text/event-stream")
+    return JSONResponse(form.completion(await turn.whole()))
 
 
-async def _sse(
-    first: str | None,
-    rest: AsyncIterator[str],
-    outcome: Any,
-    chat: ChatRequest,
-    created: int,
-    usage: Any,
-) -> AsyncIterator[str]:
-    """OpenAI chunk events: role and text deltas, a final finish_reason, then [DONE]."""
-    ident = f"chatcmpl-lmd-{outcome.user_prompt_id}"
+class ChatFormat:
+    """A turn as OpenAI writes chat completions: one JSON object, or chunk events (role and
+    text deltas, a final finish_reason, usage when asked)."""
 
-    def event(delta: dict, finish: str | None = None, **extra: Any) -> str:
+    def __init__(self, chat: ChatRequest, outcome: Any, usage: Any) -> None:
+        self.chat = chat
+        self.outcome = outcome
+        self.usage = usage
+        self.created = int(time.time())
+
+    @property
+    def ident(self) -> str:
+        return f"chatcmpl-lmd-{self.outcome.user_prompt_id}"  # known once the turn has begun
+
+    def completion(self, reply: str) -> dict:
+        return {
+            "id": self.ident,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.chat.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": reply},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
+            ],
+            "usage": self.usage(reply),
+            "lmd": self.outcome.to_json(),
+        }
+
+    def _event(self, choices: list, **extra: Any) -> str:
         chunk = {
-            "id": ident,
+            "id": self.ident,
             "object": "chat.completion.chunk",
-            "created": created,
-            "model": chat.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+            "created": self.created,
+            "model": self.chat.model,
+            "choices": choices,
             **extra,
         }
         return "data: " + json.dumps(chunk) + "\n\n"
 
-    said: list[str] = []
-    try:
-        yield event({"role": "assistant", "content": first or ""})
-        said.append(first or "")
-        async for chunk in rest:
-            said.append(chunk)
-            yield event({"content": chunk})
-        yield event({}, "stop", lmd=outcome.to_json())
-        if chat.include_usage:
-            end = {
-                "id": ident,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": chat.model,
-                "choices": [],
-                "usage": usage("".join(said)),
-            }
-            yield "data: " + json.dumps(end) + "\n\n"
-    except LmdError as e:
+    def _delta(self, delta: dict, finish: str | None = None, **extra: Any) -> str:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        return self._event([choice], **extra)
+
+    def opening(self, first: str | None) -> list[str]:
+        return [self._delta({"role": "assistant", "content": first or ""})]
+
+    def chunk(self, text: str) -> str:
+        return self._delta({"content": text})
+
+    def closing(self, said: str) -> list[str]:
+        events = [self._delta({}, "stop", lmd=self.outcome.to_json())]
+        if self.chat.include_usage:
+            events.append(self._event([], usage=self.usage(said)))
+        return events
+
+    def error(self, e: LmdError) -> str:
         # OpenAI's own streams report a late failure as an error object; clients raise it.
-        yield "data: " + json.dumps(from_lmd_error(e).to_json()) + "\n\n"
-    finally:
-        await rest.aclose()  # type: ignore[attr-defined]
-    yield "data: [DONE]\n\n"
+        return "data: " + json.dumps(from_lmd_error(e).to_json()) + "\n\n"
 
 
 # -- OpenAPI descriptions (served at /openapi.json, checked by schemathesis) --------------------

@@ -46,6 +46,7 @@ async def propose(request: Any) -> Any:
 
     from daemon.app import decode_text, read_body, session_name
     from daemon.modes import record_turn
+    from daemon.turn import working_directory
 
     daemon = request.app.state.daemon
     settings = daemon.settings()
@@ -55,9 +56,7 @@ async def propose(request: Any) -> Any:
     if "\x00" in line:
         raise LmdError("The command line contains a NUL character; send plain text.")
     name = session_name(request)
-    cwd = request.headers.get("x-cwd") or request.query_params.get("cwd")
-    if cwd and not Path(cwd).is_absolute():
-        raise LmdError("The working directory must be an absolute path.")
+    cwd = working_directory(request.headers.get("x-cwd") or request.query_params.get("cwd"))
     store = daemon.store
 
     def keep(role: str, content: str, kind: str, **kw: Any) -> int:

@@ -12,12 +12,14 @@ SETTINGS = (
         "",
         "str",
         "Repository cobol works in; empty means the session's working directory (X-Cwd).",
+        protected=True,  # a directory whose files cobol changes: CLI or token only
     ),
     Setting(
         "cobol_build_command",
         "",
         "str",
         "Build/test command cobol compiles with; empty means detect it from the repository.",
+        protected=True,  # a command that runs: CLI or token only
     ),
     Setting(
         "cobol_build_timeout_secs",

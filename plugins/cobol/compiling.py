@@ -1,10 +1,17 @@
 """compile and compile-and-fix: run the build through the core runner; while it fails, show
-the model the errors and the code, apply its diff, and build again."""
+the model the errors and the code, apply its diff, and build again.
+
+Under `unsafe` approval with `sandbox_level = workspace-write` the build runs at once inside
+the sandbox, able to write only the repository (not its .git) and with no network; otherwise
+it asks, and a build the user approved runs outside the sandbox.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
+from daemon import sandbox
 from daemon.errors import LmdError
 
 from . import build, focus, prompts
@@ -28,9 +35,30 @@ def build_command(job: Job) -> tuple[str, str | None]:
     return found
 
 
+def build_sandbox(job: Job) -> tuple[Any, str]:
+    """(the workspace-write policy when the build may run at once in the sandbox, else None;
+    and why it may not, in words, when that is worth saying)."""
+    s = job.ctx.settings
+    if s.get("sandbox_level", sandbox.READ_ONLY) != sandbox.WORKSPACE_WRITE:
+        return None, ""
+    if job.ctx.state.get("build_escalate"):
+        return None, "the sandbox stopped the last build, so this one would run outside it"
+    found = sandbox.detect()
+    if not found.available:
+        return None, f"there is no sandbox here: {found.reason} To get one, {found.remedy}"
+    try:
+        home = str(job.ctx.daemon.home)
+        return sandbox.policy_from_settings(s, sandbox.WORKSPACE_WRITE, job.repo, home), ""
+    except ValueError as e:
+        return None, f"I cannot let a sandbox write there: {e}"
+
+
 async def compile_request(job: Job, fix: bool) -> AsyncIterator[str]:
     command, why = build_command(job)
-    if approval_level(job.ctx) != "never":
+    level = approval_level(job.ctx)
+    policy, why_not = build_sandbox(job) if level == "unsafe" else (None, "")
+    if level != "never" and policy is None:
+        job.ctx.state.pop("build_escalate", None)
         chosen = f" (chosen from {why})" if why else ""
         if fix:
             rounds = job.ctx.settings["max_thought_loops"]
@@ -40,22 +68,35 @@ async def compile_request(job: Job, fix: bool) -> AsyncIterator[str]:
             )
         else:
             question = f"Shall I run {command}{chosen} in {job.repo}? Say yes or no."
+        if why_not:
+            question += f" (It cannot run in the sandbox at once: {why_not}.)"
         pending = {"action": "fix" if fix else "compile", "repo": job.repo, "command": command}
         yield ask(job.ctx, question, {**pending, "why": why})
         return
     if fix:
-        yield await compile_and_fix(job, command, why)
+        yield await compile_and_fix(job, command, why, policy)
     else:
-        yield await compile_once(job, command, why)
+        yield await compile_once(job, command, why, policy)
 
 
-async def run_build(job: Job, command: str):
-    from daemon.runner import run_command
+async def run_build(job: Job, command: str, policy: Any = None):
+    """Run the build (in the sandbox when `policy` is given)."""
+    from daemon.runner import daemon_secrets, run_command
 
     s = job.ctx.settings
     result = await run_command(
-        command, job.repo, s["cobol_build_timeout_secs"], s["max_bash_output_len_for_response"]
+        command,
+        job.repo,
+        s["cobol_build_timeout_secs"],
+        s["max_bash_output_len_for_response"],
+        sandbox=policy,
+        secrets=daemon_secrets(job.ctx.daemon),
+        passthrough=s.get("command_env_passthrough", []),
     )
+    if result.exit_code == 0:
+        result.blocked = None  # a passing build was not stopped, whatever it printed
+    if result.blocked:
+        job.ctx.state["build_escalate"] = True  # the next build asks, and runs outside
     job.ctx.extra.setdefault("builds", []).append(
         {
             "command": command,
@@ -63,6 +104,8 @@ async def run_build(job: Job, command: str):
             "timed_out": result.timed_out,
             "duration": round(result.duration, 3),
             "output": result.output,
+            "sandbox": result.sandbox,
+            "sandbox_blocked": bool(result.blocked),
         }
     )
     return result
@@ -73,6 +116,11 @@ def _chosen(command: str, why: str | None) -> str:
 
 
 def _outcome(job: Job, result) -> str:
+    if result.blocked:
+        return (
+            f"The sandbox stopped the build {result.command}: {result.blocked}. Say compile "
+            "again and I will ask before running it outside the sandbox."
+        )
     if result.timed_out:
         return (
             f"The build {result.command} did not finish within "
@@ -86,25 +134,26 @@ def _outcome(job: Job, result) -> str:
     return f"Build failed (exit code {result.exit_code}): {error}{end}"
 
 
-async def compile_once(job: Job, command: str, why: str | None) -> str:
-    result = await run_build(job, command)
+async def compile_once(job: Job, command: str, why: str | None, policy: Any = None) -> str:
+    result = await run_build(job, command, policy)
     job.ctx.extra["build"] = job.ctx.extra["builds"][-1]
     job.ctx.reply_kind = "contextual"
     return _chosen(command, why) + _outcome(job, result)
 
 
-async def compile_and_fix(job: Job, command: str, why: str | None) -> str:
-    """Build; while it fails, show the model the errors and the code, apply its diff, rebuild."""
+async def compile_and_fix(job: Job, command: str, why: str | None, policy: Any = None) -> str:
+    """Build; while it fails, show the model the errors and the code, apply its diff, rebuild.
+    A build the sandbox stopped is not the code's fault: no round is spent on it."""
     limit = job.ctx.settings["max_thought_loops"]
     said = [_chosen(command, why).strip()]
-    result = await run_build(job, command)
+    result = await run_build(job, command, policy)
     if result.exit_code == 0:
         return " ".join([*said, "Build passed already; nothing to fix."]).strip()
     said.append(_outcome(job, result))
     changes: list[str] = []
     rounds = 0
     stopped = ""
-    while result.exit_code != 0 and not result.timed_out and rounds < limit:
+    while result.exit_code != 0 and not result.timed_out and not result.blocked and rounds < limit:
         targets = _fix_targets(job, result.output)
         if not targets:
             stopped = (
@@ -127,7 +176,7 @@ async def compile_and_fix(job: Job, command: str, why: str | None) -> str:
             break
         changes.append(summary.rstrip("."))
         said.append(f"Round {rounds}: {summary}")
-        result = await run_build(job, command)
+        result = await run_build(job, command, policy)
     job.ctx.extra["build"] = job.ctx.extra["builds"][-1]
     job.ctx.extra["rounds"] = rounds
     job.ctx.extra["passed"] = result.exit_code == 0
@@ -136,6 +185,11 @@ async def compile_and_fix(job: Job, command: str, why: str | None) -> str:
         said.append(stopped)
     if result.exit_code == 0:
         said.append(f"The build passes now, after {plural(rounds, 'round')}.")
+    elif result.blocked:
+        if rounds:  # the first build's outcome was said already
+            said.append(_outcome(job, result))
+        if changes:
+            said.append("The changes stay applied; say undo to revert them one at a time.")
     else:
         state = _outcome(job, result) if rounds else ""
         said.append(f"After {plural(rounds, 'round')} the build still fails. {state}".strip())

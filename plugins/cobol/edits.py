@@ -8,7 +8,7 @@ from daemon.errors import LmdError
 
 from . import focus, patches, prompts
 from .intents import EDIT_TARGET, plural
-from .job import Job, approval_level, ask, focus_from_words
+from .job import Job, approval_level, ask, focus_from_words, supersede_focus
 from .repo import dirty_files, inside, unmerged_paths
 
 
@@ -185,6 +185,7 @@ def _follow_focus(job: Job, patch: patches.Patch, direction: int) -> None:
     try:
         lines = job.lines(current.file)
     except LmdError:
+        supersede_focus(job.ctx)
         job.focus = None  # the file is gone
         return
     if current.symbol and (found := focus.symbol_range(lines, current.symbol)):

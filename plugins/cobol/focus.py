@@ -9,6 +9,7 @@ from pathlib import Path
 
 from daemon import tokens
 from daemon.errors import LmdError
+from daemon.words import plural
 
 # Definitions in the common languages: def/class (Python), function (JS), func (Go, with an
 # optional receiver), fn (Rust), plus a few modifiers that may precede them.
@@ -220,8 +221,8 @@ def render(focus: Focus, lines: list[str], max_tokens: int, model: str) -> str:
     """The focused code with line numbers, inside the context the budget allows."""
     lo, hi = context_window(focus, lines, max_tokens, model)
     header = (
-        f"File {focus.file}, {len(lines)} lines. The focus is lines {focus.start}-{focus.end}"
-        f"{focus.named()}; lines {lo}-{hi} are shown. "
+        f"File {focus.file}, {plural(len(lines), 'line')}. "
+        f"The focus is lines {focus.start}-{focus.end}{focus.named()}; lines {lo}-{hi} are shown. "
         "Line numbers and ' | ' are not part of the file."
     )
     return f"{header}\n```\n{numbered(lines, lo, hi)}\n```"

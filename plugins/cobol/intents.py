@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from daemon.words import plural  # noqa: F401  (cobol's modules import it from here)
+
 YES = {
     "yes",
     "y",
@@ -82,7 +84,3 @@ def classify(text: str) -> str:
     if words in ("help", "what can you do", "what can i say"):
         return "help"
     return "edit"
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"

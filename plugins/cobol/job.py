@@ -51,6 +51,13 @@ class Job:
         return focus.read_lines(path, rel)
 
 
+def supersede_focus(ctx: Context) -> None:
+    """What said the earlier focus (instructive while it was the focus) becomes decorative:
+    a superseded focus is not worth keeping in the context."""
+    stale = ctx.store.ids_of_kind(ctx.session.name, "instructive", ctx.mode)
+    ctx.set_karma([i for i in stale if i != ctx.user_prompt_id], "decorative")
+
+
 def approval_level(ctx: Context) -> str:
     """marat's approval setting (when the marat plugin is absent: unsafe, its default)."""
     try:
@@ -172,5 +179,7 @@ async def focus_from_words(
     else:
         return None
     focus.check_size(chosen, lines, job.max_tokens, job.model)
+    if chosen != current:
+        supersede_focus(job.ctx)
     job.focus = chosen
     return chosen

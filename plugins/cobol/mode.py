@@ -16,7 +16,7 @@ from . import focus, patches
 from .compiling import compile_and_fix, compile_once, compile_request
 from .edits import apply_and_record, edit, show_diff, undo
 from .intents import HELP, classify, yes_or_no
-from .job import Job, focus_from_words
+from .job import Job, focus_from_words, supersede_focus
 from .repo import chosen_directory, find_root
 
 
@@ -46,6 +46,10 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
         )
     elif intent == "focus":
         chosen = await focus_from_words(job, focus.parse_request(text), strict=True)
+        # The current focus is crucial to the session (instructive) until another replaces it.
+        supersede_focus(ctx)
+        ctx.set_karma([ctx.user_prompt_id], "instructive")
+        ctx.reply_kind = "instructive"
         yield f"Focused on {chosen.describe()}."
     elif intent == "edit":
         async for chunk in edit(job, text):

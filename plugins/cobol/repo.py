@@ -12,8 +12,13 @@ from daemon.errors import LmdError
 _GIT_ENV = {"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
 
 
-async def git(repo: str, *args: str, stdin: bytes | None = None) -> tuple[int, str]:
-    """Run `git args` in `repo`; return (exit code, stdout and stderr as text)."""
+# cobol's own git calls run without asking, so a repository must not make them run its code:
+# core.fsmonitor runs on status, diff and ls-files, filter drivers (.gitattributes) on status,
+# diff and apply, hooks on commit. These switch all of that off for our calls.
+_SAFE_GIT = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
+
+
+async def _run_git(repo: str, args: list[str], stdin: bytes | None, env: dict) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         "git",
         *args,
@@ -21,10 +26,36 @@ async def git(repo: str, *args: str, stdin: bytes | None = None) -> tuple[int, s
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, **_GIT_ENV},
+        env=env,
     )
     out, _ = await proc.communicate(stdin)
     return proc.returncode or 0, out.decode("utf-8", "replace")
+
+
+async def git(repo: str, *args: str, stdin: bytes | None = None) -> tuple[int, str]:
+    """Run `git args` in `repo`; return (exit code, stdout and stderr as text). Like every
+    command, git gets an allowlisted environment (plus the user's GIT_* variables): the API
+    key and the token never reach it; and no fsmonitor, hook or filter driver the repository
+    configures runs (see _SAFE_GIT)."""
+    from daemon.sandbox import command_env
+
+    env = command_env(repo, _GIT_ENV, [n for n in os.environ if n.startswith("GIT_")])
+    code, names = await _run_git(
+        repo,
+        [*_SAFE_GIT, "config", "--null", "--name-only", "--get-regexp", r"^filter\."],
+        None,
+        env,
+    )
+    neutral: list[str] = []
+    drivers = (
+        {n.rsplit(".", 1)[0] for n in names.split("\0") if n.count(".") >= 2}
+        if code == 0
+        else set()
+    )
+    for driver in sorted(drivers):
+        for key, value in (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false")):
+            neutral += ["-c", f"{driver}.{key}={value}"]
+    return await _run_git(repo, [*_SAFE_GIT, *neutral, *args], stdin, env)
 
 
 def chosen_directory(setting: str, cwd: str | None) -> str:

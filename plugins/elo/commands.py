@@ -20,6 +20,7 @@ import click
 from daemon.cli import home_option
 from daemon.errors import LmdError
 from daemon.paths import refuse_overwrite
+from daemon.words import plural
 
 FORMATS = ("table", "csv", "json", "markdown")
 FILE = click.Path(dir_okay=False, path_type=Path)
@@ -158,8 +159,8 @@ def load_elo_settings(home: Path | None) -> Any:
 def _note_skipped(judged: Any) -> None:
     if judged.skipped_bad:
         click.echo(
-            f"Left out {len(judged.skipped_bad)} rows with unknown winners or a model battling "
-            f"itself (first at line {judged.skipped_bad[0]}).",
+            f"Left out {plural(len(judged.skipped_bad), 'row')} with unknown winners or a model "
+            f"battling itself (first at line {judged.skipped_bad[0]}).",
             err=True,
         )
 
@@ -216,12 +217,14 @@ def arrange(
     reference = read_table(order_from) if order_from else None
     result = run(qa, tables, shuffle, seed, reference)
     write_table(output, ARRANGE_COLUMNS, result.battles)
-    note = f"Arranged {len(result.battles)} battles"
+    note = f"Arranged {plural(len(result.battles), 'battle')}"
     if result.already:
-        note += f"; {result.already} pairs were arranged already"
+        were = "was" if result.already == 1 else "were"
+        note += f"; {plural(result.already, 'pair')} {were} arranged already"
     if result.unavailable:
         note += (
-            f"; {len(result.unavailable)} battles of {order_from} have no answers here "
+            f"; {plural(len(result.unavailable), 'battle')} of {order_from} "
+            f"{'has' if len(result.unavailable) == 1 else 'have'} no answers here "
             f"(first at line {result.unavailable[0]})"
         )
     click.echo(note + ".", err=True)
@@ -251,13 +254,12 @@ def answer(
 
     from .answers import answer_questions, merge
     from .backends import resolve
-    from .files import read_qa, write_qa
-    from .rows import read_given_questions
+    from .files import read_qa, read_question_source, write_qa
     from .shards import answer_record, check_single_output, only_part, start_part
 
     part = parse_shard(shard)
     settings = load_settings(home)
-    given = read_given_questions(questions_file)
+    given = read_question_source(questions_file, lambda said: click.echo(said, err=True))
     endpoint = resolve(model, settings, models_file)
     if part is None:
         check_single_output(output)
@@ -275,11 +277,13 @@ def answer(
         system=system,
     )
     where = f" (part {part})" if part else ""
-    click.echo(f"{model} answered {run.answered} of {run.asked} questions{where}.", err=True)
+    click.echo(
+        f"{model} answered {run.answered} of {plural(run.asked, 'question')}{where}.", err=True
+    )
     if run.failures:
         question, why = run.failures[0]
         raise LmdError(
-            f"{len(run.failures)} questions got no answer (first: {why}); "
+            f"{plural(len(run.failures), 'question')} got no answer (first: {why}); "
             "run the same command again to retry them."
         )
 
@@ -338,15 +342,17 @@ def judge(
 
     run = judge_rows(rows, endpoint, todo, concurrency or settings["elo_concurrency"], save, prompt)
     where = f" of part {part}" if part else ""
+    before = len(rows) - len(todo)
     click.echo(
-        f"{endpoint.name} judged {run.judged} battles{where} ({run.invalid} without a usable "
-        f"verdict); {len(rows) - len(todo)} were judged before.",
+        f"{endpoint.name} judged {plural(run.judged, 'battle')}{where} ({run.invalid} without a "
+        f"usable verdict); {before} {'was' if before == 1 else 'were'} judged before.",
         err=True,
     )
     if run.failures:
         raise LmdError(
-            f"{len(run.failures)} battles were not judged (first: {run.failures[0][1]}); "
-            "run the same command again to retry them."
+            f"{plural(len(run.failures), 'battle')} "
+            f"{'was' if len(run.failures) == 1 else 'were'} not judged "
+            f"(first: {run.failures[0][1]}); run the same command again to retry them."
         )
 
 
@@ -456,7 +462,8 @@ def ablation(
             click.echo(f"{name:<24} {st['battles']:>8} {agree:>7} {first_text:>14}")
     if failures:
         raise LmdError(
-            f"{failures} battles were not re-judged; run the same command with -o to resume."
+            f"{plural(failures, 'battle')} {'was' if failures == 1 else 'were'} not re-judged; "
+            "run the same command with -o to resume."
         )
 
 
@@ -550,7 +557,7 @@ def report(
         board, battles, ratings, judged.rows, opts.params, title, str(battles_file), qa
     )
     write_text(output, page)
-    click.echo(f"Wrote {output} ({len(judged.rows)} battles).", err=True)
+    click.echo(f"Wrote {output} ({plural(len(judged.rows), 'battle')}).", err=True)
 
 
 @elo.command()
@@ -617,7 +624,7 @@ def import_(battles_file: Path, skip_invalid: bool, home: Path | None) -> None:
         n = add_battles(store, judged.rows)
     finally:
         store.close()
-    click.echo(f"Imported {n} battles.")
+    click.echo(f"Imported {plural(n, 'battle')}.")
 
 
 @elo.command()
@@ -632,4 +639,7 @@ def convert(source: Path, target: Path, force: bool) -> None:
 
     qa = read_qa(source)
     write_qa(target, qa)
-    click.echo(f"Wrote {len(qa.questions)} questions and {len(qa.models)} models to {target}.")
+    click.echo(
+        f"Wrote {plural(len(qa.questions), 'question')} and "
+        f"{plural(len(qa.models), 'model')} to {target}."
+    )

@@ -9,14 +9,14 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
+import re
 import sys
-import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.errors import LmdError
+from daemon.paths import write_atomic
 
 from .ratings import normalise_winner
 
@@ -39,6 +39,13 @@ FULL_COLUMNS = [
 ]
 TRUE_TEXT = {"true", "1", "yes", "t"}
 FALSE_TEXT = {"false", "0", "no", "f"}
+# What pandas.read_csv reads as a missing value by default (its STR_NA_VALUES): the seed's
+# files were written with pandas, where an unanswered question is a NaN cell. Such a cell is
+# read as empty here, as pandas would.
+NA_VALUES = frozenset(
+    {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+     "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"}
+)  # fmt: skip
 
 csv.field_size_limit(1 << 30)  # model answers can be long
 
@@ -116,6 +123,7 @@ def read_table(path: str | Path, allow_empty: bool = False) -> Table:
                     f"{len(columns)}; quote fields that contain commas."
                 )
             record += [""] * (len(columns) - len(record))
+            record = ["" if cell.strip() in NA_VALUES else cell for cell in record]
             rows.append(dict(zip(columns, record, strict=True)))
             lines.append(start)
             start = reader.line_num + 1
@@ -148,16 +156,7 @@ def write_text(path: str | Path, text: str) -> None:
     if target.is_dir():
         raise EloFileError(f"{target} is a directory; give a file name to write.")
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(target, text)  # the umask's mode, as any other program's output
 
 
 # -- questions and Q&A ----------------------------------------------------------------------
@@ -218,32 +217,81 @@ class QA:
         return qa
 
 
-def _check_questions(table: Table, texts: list[str]) -> None:
+def _check_questions(path: str, lines: list[int], texts: list[str]) -> None:
     seen: dict[str, int] = {}
-    empty = [line for line, q in zip(table.lines, texts, strict=True) if not q.strip()]
+    empty = [line for line, q in zip(lines, texts, strict=True) if not q.strip()]
     if empty:
         raise EloFileError(
-            f"{table.path} has an empty question at line {_lines_list(empty)}; fill or remove it."
+            f"{path} has an empty question at line {_lines_list(empty)}; fill or remove it."
         )
-    for line, q in zip(table.lines, texts, strict=True):
+    for line, q in zip(lines, texts, strict=True):
         key = q.strip()
         if key in seen:
             raise EloFileError(
-                f"{table.path} line {line} repeats the question of line {seen[key]}; "
+                f"{path} line {line} repeats the question of line {seen[key]}; "
                 "keep each question once."
             )
         seen[key] = line
 
 
-def read_questions(path: str | Path) -> list[str]:
-    """A question collection: a `question` column (or a single column), unique questions."""
-    table = read_table(path)
-    if "question" not in table.columns and len(table.columns) != 1:
+_COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def read_questions(path: str | Path, note: Callable[[str], None] | None = None) -> list[str]:
+    """A question collection: one unique question per row, under a `question` header.
+
+    A single-column file without that header is read whole (the spec's "each row is a
+    question"), its first line included, unless that line looks like a column name (one word
+    such as `prompt`); either way `note` is told in one sentence, so no question is lost
+    unsaid.
+    """
+    return _questions_of(read_table(path, allow_empty=True), note)
+
+
+def _questions_of(table: Table, note: Callable[[str], None] | None) -> list[str]:
+    if not table.columns:
+        raise EloFileError(f"{table.path} is empty; write one question per line.")
+    column = next((c for c in table.columns if c.lower() == "question"), None)
+    lines, texts, say = list(table.lines), None, None
+    if column is None and len(table.columns) > 1:
+        if table.columns[-1].endswith("?"):
+            raise EloFileError(
+                f"{table.path} has no header line: its first line is a question. Put a line "
+                "`question` at the top, and quote questions that contain commas."
+            )
         table.require("question")
-    column = "question" if "question" in table.columns else table.columns[0]
-    texts = [r[column] for r in table.rows]
-    _check_questions(table, texts)
+    if column is None:
+        first = table.columns[0]
+        if _COLUMN_NAME.fullmatch(first) and not first.endswith("?"):
+            column = first
+            say = (
+                f"{table.path}: its first line, {first!r}, is read as the column name, not as a "
+                "question; name it `question` to say so."
+            )
+        else:
+            texts, lines = [first], [1, *lines]
+            say = (
+                f"{table.path} has no `question` header line, so its first line ({first[:60]!r}) "
+                "is read as a question too."
+            )
+    texts = (texts or []) + [r[column or table.columns[0]] for r in table.rows]
+    if not texts:
+        raise EloFileError(f"{table.path} has a header but no questions; add some.")
+    _check_questions(table.path, lines, texts)
+    if say and note is not None:
+        note(say)  # once the file is known to be usable: a refusal stays one sentence
     return texts
+
+
+def read_question_source(path: str | Path, note: Callable[[str], None] | None = None) -> QA:
+    """What `lmd elo answer` asks: a Q&A file (CSV with a `question` column, or the JSON
+    form) or a question collection (see read_questions)."""
+    if str(path).endswith(".json"):
+        return read_qa(path)
+    table = read_table(path, allow_empty=True)  # once: it may be stdin
+    if "question" in table.columns:
+        return _qa_of(table)
+    return QA(_questions_of(table, note), [], {})
 
 
 def read_qa(path: str | Path) -> QA:
@@ -259,10 +307,15 @@ def read_qa(path: str | Path) -> QA:
         except json.JSONDecodeError as e:
             raise EloFileError(f"{name} is not valid JSON (line {e.lineno}: {e.msg}).") from None
         return QA.from_dict(data, name)
-    table = read_table(path)
+    return _qa_of(read_table(path))
+
+
+def _qa_of(table: Table) -> QA:
+    if not table.rows:
+        raise EloFileError(f"{table.path} has a header but no rows; add some.")
     table.require("question")
     texts = [r["question"] for r in table.rows]
-    _check_questions(table, texts)
+    _check_questions(table.path, table.lines, texts)
     models = [c for c in table.columns if c != "question"]
     answers = {m: {r["question"]: r[m] for r in table.rows if r[m].strip()} for m in models}
     return QA(texts, models, answers)

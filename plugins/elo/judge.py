@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .backends import Endpoint, run_all
+from .language import language_of
 
 GPT4_PROMPT = """You are a fair judge of two AI assistants' answers to the same question.
 
@@ -135,6 +136,7 @@ def fill_verdict(row: dict, response: str, judge_name: str, swapped: bool = Fals
     row.update(
         judge=judge_name,
         turn=row.get("turn") or "1",
+        language=row.get("language") or language_of(row.get("question") or ""),
         tstamp=f"{time.time():.3f}",
         gpt_4_response=response,
         gpt_4_justification=why,
@@ -167,6 +169,10 @@ async def _judge(
     swapped: bool,
 ) -> JudgeRun:
     run = JudgeRun()
+    # Detect the questions' languages now, off the event loop (the detector loads its model
+    # once), so filling each verdict costs nothing while answers stream in.
+    questions = {rows[i].get("question") or "" for i in todo if not rows[i].get("language")}
+    await asyncio.to_thread(lambda: [language_of(q) for q in questions])
     llm = endpoint.client()
 
     def job(row: dict):

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import click
 
+from .language import language_of
+
 KEYS = {"a": "model_a", "b": "model_b", "t": "tie", "x": "tie (bothbad)"}
 HELP = "[a] A is better  [b] B is better  [t] tie  [x] both bad  [s] skip  [q] quit"
 
@@ -86,6 +88,7 @@ def label(
             winner=KEYS[pressed],
             judge=person,
             turn=rows[i].get("turn") or "1",
+            language=rows[i].get("language") or language_of(rows[i].get("question") or ""),
             tstamp=f"{time.time():.3f}",
             gpt_4_response="",
             gpt_4_justification="",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.errors import LmdError
+from daemon.words import plural
 
 from .ratings import (
     Battles,
@@ -194,7 +195,7 @@ def render(board: dict[str, Any], fmt: str) -> str:
     if has_ci:
         title += f", {board['bootstrap']} bootstrap rounds"
     total = sum(board["battles"].values()) // 2
-    out = [f"{title}; {total} battles, {len(rows)} models", line(head)]
+    out = [f"{title}; {plural(total, 'battle')}, {plural(len(rows), 'model')}", line(head)]
     out.append("  ".join("-" * w for w in widths))
     out += [line(b) for b in body]
     return "\n".join(out)

@@ -12,6 +12,8 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from daemon.words import plural
+
 from .leaderboard import ordered, rows_of
 from .ratings import Battles, EloParams, matrices, online_elo_history
 
@@ -241,8 +243,8 @@ def lines_plot(marks: list[int], series: Any, models: list[str], top_n: int = 10
     return "".join(parts)
 
 
-def bars(counts: dict[str, int], label: str) -> str:
-    """Horizontal bars, largest first."""
+def bars(counts: dict[str, int], noun: str) -> str:
+    """Horizontal bars, largest first; each bar's tip counts `noun` (singular)."""
     if not counts:
         return (
             "<p>The battles carry no questions, so this cannot be counted; "
@@ -258,7 +260,7 @@ def bars(counts: dict[str, int], label: str) -> str:
         parts.append(
             f'<text x="{left - 6}" y="{y + 11}" text-anchor="end">{esc(name)}</text>'
             f'<rect x="{left}" y="{y}" width="{_fmt(bw)}" height="{row - 5}" class="bar">'
-            f"<title>{esc(name)}: {v} {esc(label)}</title></rect>"
+            f"<title>{esc(name)}: {esc(plural(v, noun))}</title></rect>"
             f'<text x="{_fmt(left + bw + 4)}" y="{y + 11}">{v}</text>'
         )
     parts.append("</svg>")
@@ -291,7 +293,7 @@ def exploration(rows: list[dict], qa: Any = None) -> dict[str, dict[str, int]]:
     return {
         "answers": answers,
         "battles": dict(battles),
-        "models_per_question": {f"{k} models": v for k, v in sorted(per_question.items())},
+        "models_per_question": {plural(k, "model"): v for k, v in sorted(per_question.items())},
     }
 
 
@@ -320,7 +322,7 @@ def render_page(
             if i != j and games[i, j] > 0:
                 tip = (
                     f"{a} vs {b}: predicted {pred[i, j]:.0%}, observed {rate[i][j]:.0%} "
-                    f"({int(games[i, j])} battles)"
+                    f"({plural(int(games[i, j]), 'battle')})"
                 )
                 points.append((float(pred[i, j]), float(rate[i][j]), tip))
     marks, series = online_elo_history(battles, p)
@@ -339,11 +341,11 @@ def render_page(
         ("Battles between each pair", heatmap(models, games_list, "count")),
         ("Predicted against observed win rates", scatter(points)),
         ("Online Elo ratings over the battles (top 10)", lines_plot(marks, series, battles.models)),
-        ("Answers per model", bars(explore["answers"], "answers")),
-        ("Battles per model", bars(explore["battles"], "battles")),
+        ("Answers per model", bars(explore["answers"], "answer")),
+        ("Battles per model", bars(explore["battles"], "battle")),
         (
             "Questions by number of models that answered",
-            bars(explore["models_per_question"], "questions"),
+            bars(explore["models_per_question"], "question"),
         ),
     ]
     content = "\n".join(
@@ -357,7 +359,7 @@ def render_page(
         content,
     )
     summary = (
-        f"{total} battles between {len(models)} models; method {method}{boot}"
+        f"{plural(total, 'battle')} between {plural(len(models), 'model')}; method {method}{boot}"
         + (f"; source {esc(source)}" if source else "")
         + f"; made {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."
     )

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from daemon.words import plural
+
 from .arrange import battle_key
-from .files import FULL_COLUMNS, QA, EloFileError, read_qa, read_questions, read_table
+from .files import FULL_COLUMNS, EloFileError, read_table
 
 
 def full_rows(table: Any, qa: Any) -> list[dict[str, str]]:
@@ -29,7 +31,8 @@ def full_rows(table: Any, qa: Any) -> list[dict[str, str]]:
         rows.append(row)
     if missing:
         raise EloFileError(
-            f"{len(missing)} battles lack an answer (first at line {missing[0]} of {table.path}); "
+            f"{plural(len(missing), 'battle')} {'lacks' if len(missing) == 1 else 'lack'} an "
+            f"answer (first at line {missing[0]} of {table.path}); "
             "fill the answers with `lmd elo answer` first."
         )
     return rows
@@ -83,13 +86,3 @@ def judged_only(rows: list[dict]) -> list[dict]:
 def columns_of(rows: list[dict]) -> list[str]:
     extra = [c for r in rows[:1] for c in r if c not in FULL_COLUMNS]
     return FULL_COLUMNS + extra
-
-
-def read_given_questions(path: Path) -> Any:
-    """A questions file or a Q&A file (CSV or JSON) as a QA collection."""
-    if str(path).endswith(".json"):
-        return read_qa(path)
-    table = read_table(path)
-    if "question" in table.columns:
-        return read_qa(path)
-    return QA(read_questions(path), [], {})

@@ -305,11 +305,10 @@ def _merge_answers(
     output: Path, record: dict, parts: dict[int, Path], count: int, input_file: Path | None
 ) -> str:
     from .answers import merge
-    from .files import read_qa, write_qa
-    from .rows import read_given_questions
+    from .files import read_qa, read_question_source, write_qa
 
     source = _input_file(record, "questions", input_file)
-    given = read_given_questions(source)
+    given = read_question_source(source)
     asked = set(given.questions)
     qa = given
     if output.exists() and output.resolve() != source.resolve():

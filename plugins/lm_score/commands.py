@@ -20,6 +20,7 @@ from daemon.cli import home_option as _home_option
 @click.option("--no-cache", is_flag=True, help="Ask the model even if the score is cached.")
 @click.option("--daemon", "via_daemon", is_flag=True, help="Ask the running daemon instead.")
 @click.option("--url", envvar="LMD_URL", help="Daemon URL for --daemon.")
+@click.option("--no-dotenv", is_flag=True, help="Ignore ./.env (the original project's keys).")
 @_home_option
 def score(
     parts: tuple[str, ...],
@@ -27,9 +28,14 @@ def score(
     no_cache: bool,
     via_daemon: bool,
     url: str | None,
+    no_dotenv: bool,
     home: Path | None,
 ) -> None:
-    """LM_SCORE(PART..., QUESTION): 0 (no) to 10 (yes). The last argument is the question."""
+    """LM_SCORE(PART..., QUESTION): 0 (no) to 10 (yes). The last argument is the question.
+
+    The original project's keys in ./.env apply (SERVER_URL with its API_TOKEN, MODEL,
+    ENSEMBLE, AGGREGATION, THINKING); your OPENAI_API_KEY never goes to a SERVER_URL from
+    a file."""
     from daemon.errors import LmdError
 
     if via_daemon:
@@ -45,7 +51,7 @@ def score(
         from .sql import open_scorer
 
         try:
-            scorer, store = open_scorer(home, cache=not no_cache)
+            scorer, store = open_scorer(home, cache=not no_cache, dotenv=_dotenv(no_dotenv))
         except LmdError as e:
             _fail(e.message)
 
@@ -76,6 +82,7 @@ def score(
 @click.option(
     "--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a TTY)."
 )
+@click.option("--no-dotenv", is_flag=True, help="Ignore ./.env (the original project's keys).")
 @_home_option
 def sql(
     database: Path,
@@ -84,6 +91,7 @@ def sql(
     as_csv: bool,
     no_cache: bool,
     progress: bool | None,
+    no_dotenv: bool,
     home: Path | None,
 ) -> None:
     """Run QUERY on the SQLite DATABASE with LM_SCORE(part, ..., question) available.
@@ -105,7 +113,7 @@ def sql(
     except sqlite3.Error as e:
         _fail(f"{database} is not an SQLite database I can open ({e}).")
     try:
-        scorer, store = open_scorer(home, cache=not no_cache)
+        scorer, store = open_scorer(home, cache=not no_cache, dotenv=_dotenv(no_dotenv))
     except LmdError as e:
         _fail(e.message)
     handle = SqlScorer(scorer, cache=not no_cache)
@@ -137,6 +145,12 @@ def sql(
             f"the first: {first}",
             err=True,
         )
+
+
+def _dotenv(skip: bool) -> Path | None:
+    """./.env when it is there and not refused: the seed's convention for these commands."""
+    path = Path.cwd() / ".env"
+    return None if skip or not path.is_file() else path
 
 
 def _print(columns: list[str], rows: list[tuple], as_json: bool, as_csv: bool) -> None:

@@ -1,9 +1,17 @@
 """LM_SCORE's settings, and the original project's `.env` keys layered over them.
 
 Precedence, highest first: `LMD_LM_SCORE_*` environment variables (the core's rule for every
-setting), then the original project's keys in the process environment (ENSEMBLE, AGGREGATION,
-THINKING, SERVER_URL, API_TOKEN, MODEL), then the same keys in a `.env` file in the working
-directory, then the settings table, then the defaults below.
+setting), then, for the CLI commands `lmd score` and `lmd sql` only, the original project's
+keys in a `.env` file in the working directory (ENSEMBLE, AGGREGATION, THINKING, SERVER_URL,
+API_TOKEN, MODEL), then the settings table, then the defaults below.
+
+The daemon reads no `.env`, and generic names in the process environment (MODEL, SERVER_URL,
+...) change nothing: any program may set them, any checkout may ship a `.env`.
+
+Credentials stay with their endpoint: API_TOKEN from a `.env` goes only to SERVER_URL from the
+same file; OPENAI_API_KEY only to the endpoint from the settings table or the environment
+(lm_score_endpoint, LMD_OPENAI_CHAT_ENDPOINT, OPENAI_BASE_URL, openai_chat_endpoint), never
+to a SERVER_URL a file supplied.
 """
 
 from __future__ import annotations
@@ -84,7 +92,8 @@ SETTINGS = [
     Setting("lm_score_cache", True, "bool", "Keep scores in the daemon's database."),
 ]
 
-# The original project's .env keys and the settings they stand for (API_TOKEN has none).
+# The original project's .env keys and the settings they stand for (API_TOKEN has none: it is
+# the key for SERVER_URL from the same file).
 ORIGINAL_KEYS = {
     "ENSEMBLE": "lm_score_ensemble",
     "AGGREGATION": "lm_score_aggregation",
@@ -118,6 +127,9 @@ class ScoreConfig:
     cache: bool = True
     timeout: float = 60.0
     retries: int = 2
+    # Where the endpoint came from, named in errors so the user fixes the right knob:
+    # "SERVER_URL in the .env file", "lm_score_endpoint", "openai_chat_endpoint", ...
+    endpoint_source: str = "openai_chat_endpoint"
 
     def fingerprint(self) -> dict:
         """What changes an answer (the cache key), without secrets or speed knobs."""
@@ -155,43 +167,58 @@ def read_dotenv(path: Path) -> dict[str, str]:
     return found
 
 
-def original_overrides(
-    environ: Mapping[str, str] | None = None, cwd: Path | None = None
-) -> dict[str, tuple[str, str]]:
-    """The original keys that are set: {KEY: (value, where)}; the environment beats .env."""
-    env = os.environ if environ is None else environ
-    dotenv = read_dotenv((cwd or Path.cwd()) / ".env")
-    out: dict[str, tuple[str, str]] = {}
-    for key in [*ORIGINAL_KEYS, "API_TOKEN"]:
-        if env.get(key) not in (None, ""):
-            out[key] = (env[key], "the environment")
-        elif dotenv.get(key) not in (None, ""):
-            out[key] = (dotenv[key], "the .env file")
-    return out
-
-
 def resolve(
-    settings: Any, environ: Mapping[str, str] | None = None, cwd: Path | None = None
+    settings: Any,
+    environ: Mapping[str, str] | None = None,
+    dotenv: Mapping[str, str] | None = None,
+    notes: list[str] | None = None,
 ) -> ScoreConfig:
-    """The ScoreConfig for these settings, the environment and ./.env."""
-    from daemon.llm import api_key, base_url, endpoint_from
+    """The ScoreConfig for these settings and, for the CLI, the keys of a `.env` file.
+
+    `notes` collects one sentence per `.env` key used or ignored (the CLI prints them).
+    """
+    from daemon.llm import NO_KEY, api_key, base_url, endpoint_from
     from daemon.settings import env_name
 
     env = os.environ if environ is None else environ
+    notes = [] if notes is None else notes
+    dotenv = {k: v for k, v in (dotenv or {}).items() if v not in (None, "")}
     values: dict[str, Any] = {s.name: settings[s.name] for s in SETTINGS}
-    overrides = original_overrides(env, cwd)
-    for key, (raw, where) in overrides.items():
-        name = ORIGINAL_KEYS.get(key)
-        if name is None or env.get(env_name(name)) is not None:
+    sources = {s.name: env_name(s.name) if env.get(env_name(s.name)) else s.name for s in SETTINGS}
+    for key, name in ORIGINAL_KEYS.items():
+        if key not in dotenv:
+            continue
+        if env.get(env_name(name)) is not None:
+            notes.append(f"{key} in ./.env is ignored: {env_name(name)} is set.")
             continue  # LMD_LM_SCORE_* wins over the original keys
         try:
-            values[name] = settings.spec(name).parse(raw)
+            values[name] = settings.spec(name).parse(dotenv[key])
         except SettingError as e:
-            raise SettingError(f"{key} in {where}: {e}") from None
+            raise SettingError(f"{key} in the .env file: {e}") from None
+        sources[name] = f"{key} in the .env file"
+        notes.append(f"./.env sets {key}={dotenv[key]}.")
     endpoint = values["lm_score_endpoint"]
+    if endpoint:
+        source = sources["lm_score_endpoint"]
+    elif env.get("LMD_OPENAI_CHAT_ENDPOINT"):
+        source = "LMD_OPENAI_CHAT_ENDPOINT"
+    elif env.get("OPENAI_BASE_URL"):
+        source = "OPENAI_BASE_URL"
+    else:
+        source = "openai_chat_endpoint"
+    if source == "SERVER_URL in the .env file":
+        # An endpoint a file chose gets that file's key, or none: never the user's own key.
+        key = dotenv.get("API_TOKEN", NO_KEY)
+    else:
+        if "API_TOKEN" in dotenv:
+            notes.append(
+                "API_TOKEN in ./.env is ignored: it goes only to a SERVER_URL from the same file."
+            )
+        key = api_key(env)
     return ScoreConfig(
+        endpoint_source=source,
         endpoint=base_url(endpoint) if endpoint else endpoint_from(settings, env),
-        api_key=overrides["API_TOKEN"][0] if "API_TOKEN" in overrides else api_key(env),
+        api_key=key,
         model=values["lm_score_model"] or settings["openai_model"],
         method=values["lm_score_method"],
         ensemble=values["lm_score_ensemble"],

@@ -42,7 +42,8 @@ def content_text(value: Any) -> str:
     str as is; None (SQL NULL) as an empty line; bool as true/false; int as digits; float
     as Python's shortest repr, which is also SQLite's CAST(x AS TEXT) for ordinary values
     (14000.0 -> "14000.0"); bytes (BLOBs) as UTF-8 with undecodable bytes replaced by U+FFFD;
-    lists and dicts (from JSON) as compact JSON.
+    lists and dicts (from JSON) as compact JSON, without spaces, as SQLite's json() writes it
+    (so a list sent over HTTP and the same JSON from a query give one prompt, one cache entry).
     """
     if value is None:
         return ""
@@ -57,7 +58,7 @@ def content_text(value: Any) -> str:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).decode("utf-8", "replace")
     if isinstance(value, list | tuple | dict):
-        return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return str(value)
 
 

@@ -69,6 +69,14 @@ def _backend_failure(e: BackendError, config: ScoreConfig | None = None) -> LmdE
             "or choose another lm_score_thinking_strategy.",
             detail=e.detail,
         )
+    if config is not None and _unreachable(cause):
+        from daemon.llm import shown_url
+
+        return BackendError(
+            f"I could not reach the scoring model at {shown_url(config.endpoint)}; check that "
+            f"it is running and that {config.endpoint_source} is right.",
+            detail=e.detail,
+        )
     if type(cause).__name__ == "RateLimitError":
         return LmdError(
             "The scoring model is rate limiting us (HTTP 429); wait a moment and try again, "
@@ -77,6 +85,15 @@ def _backend_failure(e: BackendError, config: ScoreConfig | None = None) -> LmdE
             detail=e.detail,
         )
     return e
+
+
+def _unreachable(cause: BaseException | None) -> bool:
+    """A connection that failed (not one that timed out, which has its own sentence)."""
+    import openai
+
+    return isinstance(cause, openai.APIConnectionError) and not isinstance(
+        cause, openai.APITimeoutError
+    )
 
 
 def _rejects_n(e: BackendError) -> bool:

@@ -15,6 +15,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
 from typing import Any
 
 from daemon.errors import LmdError
@@ -181,17 +182,29 @@ def _short(args: Sequence[Any]) -> str:
     return text if len(text) <= 80 else text[:77] + "...)"
 
 
-def open_scorer(home: Any = None, *, cache: bool = True) -> tuple[Any, Any]:
+def open_scorer(
+    home: Any = None, *, cache: bool = True, dotenv: Path | None = None
+) -> tuple[Any, Any]:
     """An in-process Scorer configured from the daemon's settings, with its cache; and the
-    store to close afterwards."""
+    store to close afterwards. With `dotenv` (the CLI's ./.env), the original project's keys
+    in that file apply, and one line on stderr says what each did."""
+    import sys
+
     from daemon.cli import open_daemon_state
 
     from .cache import ScoreCache
-    from .config import resolve
+    from .config import read_dotenv, resolve
     from .scorer import Scorer
 
     _, store, settings = open_daemon_state(home)
-    config = resolve(settings)
+    notes: list[str] = []
+    try:
+        config = resolve(settings, dotenv=read_dotenv(dotenv) if dotenv else None, notes=notes)
+    except BaseException:
+        store.close()
+        raise
+    for note in notes:
+        print(f"lmd: {note}", file=sys.stderr)
     scorer = Scorer(config, cache=ScoreCache(store.db, store.lock) if cache else None)
     return scorer, store
 

@@ -13,16 +13,17 @@ from daemon.hookspecs import hookimpl
 from daemon.modes import Context, Mode
 from daemon.settings import Setting
 
-from .safety import is_read_only
+from . import safety
 
-__all__ = ["is_read_only", "SETTINGS"]
+__all__ = ["safety", "SETTINGS"]
 
 SETTINGS = [
     Setting(
         "marat_approval",
         "unsafe",
         "choice",
-        "Which commands wait for a spoken yes: never, unsafe (all but clearly read-only), always.",
+        "Which commands wait for a spoken yes: never (none; nothing sandboxed), unsafe (all but "
+        "clearly read-only ones, which run in the sandbox), always.",
         choices=("never", "unsafe", "always"),
         synonyms={"none": "never", "off": "never", "all": "always", "safe": "unsafe"},
         protected=True,  # only the CLI, or an HTTP request with the token, may change it
@@ -71,9 +72,10 @@ def register_settings(register):
 
 @hookimpl
 def register_migrations(register):
-    from .audit import m001_marat_commands
+    from .audit import m001_marat_commands, m002_marat_sandbox
 
     register("m001_marat_commands", m001_marat_commands)
+    register("m002_marat_sandbox", m002_marat_sandbox)
 
 
 @hookimpl

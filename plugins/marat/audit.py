@@ -23,6 +23,8 @@ COLUMNS = (
     "answer",
     "prompt_id",
     "created_at",
+    "sandbox",
+    "sandbox_blocked",
 )
 
 # How a command came to run.
@@ -31,6 +33,9 @@ APPROVALS = {
     "never": "ran at once: marat_approval is never",
     "user": "the user approved it",
 }
+
+# How it ran: in the sandbox at a level, or outside it.
+SANDBOX_VALUES = ("read-only", "workspace-write", "none")
 
 
 def m001_marat_commands(db: Any) -> None:
@@ -54,6 +59,13 @@ def m001_marat_commands(db: Any) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS marat_commands_session ON marat_commands (session, id)")
 
 
+def m002_marat_sandbox(db: Any) -> None:
+    """How each command ran (sandbox level or none) and whether the sandbox stopped it. Rows
+    from before the sandbox ran without one: "none" is their truth."""
+    db.execute("ALTER TABLE marat_commands ADD COLUMN sandbox TEXT NOT NULL DEFAULT 'none'")
+    db.execute("ALTER TABLE marat_commands ADD COLUMN sandbox_blocked INTEGER NOT NULL DEFAULT 0")
+
+
 def record(
     store: Any,
     session: str,
@@ -66,8 +78,8 @@ def record(
     with store.lock:
         cur = store.db.execute(
             "INSERT INTO marat_commands (session, cwd, command, exit_code, duration, timed_out,"
-            " truncated, output, approval, answer, prompt_id, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " truncated, output, approval, answer, prompt_id, created_at, sandbox,"
+            " sandbox_blocked) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 session,
                 result.cwd,
@@ -81,6 +93,8 @@ def record(
                 answer,
                 prompt_id,
                 time.time(),
+                getattr(result, "sandbox", "none"),
+                int(bool(getattr(result, "blocked", None))),
             ],
         )
         return cur.lastrowid
@@ -94,6 +108,7 @@ def rows(store: Any, session: str | None = None, limit: int = 20) -> list[dict]:
     )
     for r in found:
         r["timed_out"], r["truncated"] = bool(r["timed_out"]), bool(r["truncated"])
+        r["sandbox_blocked"] = bool(r["sandbox_blocked"])
     return list(reversed(found))
 
 
@@ -101,9 +116,12 @@ def format_row(r: dict) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_at"]))
     status = "timed out" if r["timed_out"] else f"exit {r['exit_code']}"
     how = r["approval"] + (f" ({r['answer']!r})" if r["answer"] else "")
+    ran = "unsandboxed" if r["sandbox"] == "none" else f"sandbox {r['sandbox']}"
+    if r["sandbox_blocked"]:
+        ran += ", stopped by it"
     return (
         f"{r['id']:>5} {stamp} {r['session']:<10} {status:<9} {r['duration']:>7.2f}s "
-        f"{how:<18} {r['cwd']}$ {r['command']}"
+        f"{how:<18} {ran:<24} {r['cwd']}$ {r['command']}"
     )
 
 
@@ -113,7 +131,7 @@ def format_row(r: dict) -> str:
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), envvar="LMD_HOME")
 def commands_command(session: str | None, limit: int, as_json: bool, home: Path | None) -> None:
-    """Commands marat ran: where, exit code, duration, how each was approved."""
+    """Commands marat ran: where, exit code, duration, how each was approved and sandboxed."""
     from daemon.cli import open_daemon_state
 
     _, store, _ = open_daemon_state(home)

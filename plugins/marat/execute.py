@@ -1,19 +1,23 @@
 """Run one command for marat and learn where it left the working directory.
 
 The core runner gives each command a fresh bash; to make `cd` persist we ask bash to write its
-final directory to a temp file from an EXIT trap (which also fires after `exit 3` or an error),
-so a command that floods its output cannot push the answer out of view.
+final directory to an inherited pipe from an EXIT trap (which also fires after `exit 3` or an
+error), so a command that floods its output cannot push the answer out of view. A pipe, not a
+temp file: inside the sandbox /tmp is private and nothing else is writable.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
-import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from daemon.runner import CommandResult, run_command, usable_cwd
+
+if TYPE_CHECKING:
+    from daemon.sandbox import Policy
 
 # No command gets a terminal: pagers and editors must not wait for one.
 QUIET_ENV = {
@@ -40,27 +44,56 @@ def start_dir(session_cwd: str | None, configured: str) -> tuple[str, str | None
     return usable_cwd(wanted)
 
 
-async def execute(command: str, cwd: str, timeout: float, max_chars: int) -> Execution:
-    """Run `command` with bash in `cwd`; never raises for the command's own failures."""
-    fd, cwd_file = tempfile.mkstemp(prefix="lmd-marat-cwd-")
-    os.close(fd)
-    script = f"trap 'pwd > {shlex.quote(cwd_file)} 2>/dev/null' EXIT\n{command}"
+async def execute(
+    command: str,
+    cwd: str,
+    timeout: float,
+    max_chars: int,
+    *,
+    sandbox: Policy | None = None,
+    secrets: Sequence[str] = (),
+    passthrough: Sequence[str] = (),
+) -> Execution:
+    """Run `command` with bash in `cwd` (in the sandbox when a policy is given); never raises
+    for the command's own failures."""
+    read, write = os.pipe()
     try:
-        result = await run_command(script, cwd, timeout, max_chars, env={**os.environ, **QUIET_ENV})
-        result.command = command
-        try:
-            after = Path(cwd_file).read_text(encoding="utf-8", errors="replace").strip()
-        except OSError:
-            after = ""
+        result = await run_command(
+            command,
+            cwd,
+            timeout,
+            max_chars,
+            env=QUIET_ENV,
+            sandbox=sandbox,
+            secrets=secrets,
+            passthrough=passthrough,
+            setup=f"trap 'pwd >&{write} 2>/dev/null' EXIT",
+            pass_fds=(write,),
+        )
     finally:
-        try:
-            os.unlink(cwd_file)
-        except OSError:
-            pass
+        os.close(write)
+        after = _last_line(read)
+        os.close(read)
     # A timed-out command was killed before its trap ran: stay where we were.
-    if not after or not Path(after).is_absolute():
+    if result.timed_out or not after or not Path(after).is_absolute():
         after = cwd
     note = None
     if not Path(after).is_dir():
         after, note = usable_cwd(after)
     return Execution(result, after, note)
+
+
+def _last_line(fd: int) -> str:
+    """The last line written to the pipe (the trap's), without waiting for more."""
+    os.set_blocking(fd, False)
+    data = b""
+    while len(data) < 65536:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    lines = data.decode("utf-8", "replace").splitlines()
+    return lines[-1].strip() if lines else ""

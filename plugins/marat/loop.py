@@ -1,6 +1,11 @@
 """marat's thought loop: ask the model, run its one command, send back the observation, repeat
 until a Final Thought or `max_thought_loops` model turns; pause for the user's approval when a
-command needs it."""
+command needs it.
+
+Under `unsafe` approval a command the classifier (`safety.is_read_only`, looked up at call time)
+calls read-only runs at once, but only inside the OS sandbox; the classifier decides whether to
+ask, the sandbox is what protects. A command the user approved runs outside the sandbox.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +14,13 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from daemon import sandbox
 from daemon.modes import Context
+from daemon.runner import daemon_secrets
+from daemon.words import plural
 
-from . import audit, prompt
+from . import audit, prompt, safety
 from .execute import execute, start_dir
-from .safety import is_read_only
 
 # An answer to "Say yes to run it, or no" is made only of these words, with at least one of
 # the strong ones ("No, cancel." and "yes please, run it" count; "no idea, list files" does not).
@@ -47,11 +54,13 @@ class Task:
     format_ids: list[int] = field(default_factory=list)  # corrective prompts
     last_command: str | None = None
     last_output: str | None = None
+    escalate: bool = False  # the sandbox stopped the last command: the next one asks
 
-    def to_pending(self, command: str) -> dict:
+    def to_pending(self, command: str, asked: str) -> dict:
         return {
             "kind": "approval",
             "command": command,
+            "question": asked,
             "instruction_id": self.instruction_id,
             "loop_ids": self.loop_ids,
             "format_ids": self.format_ids,
@@ -60,6 +69,16 @@ class Task:
     @classmethod
     def from_pending(cls, p: dict) -> Task:
         return cls(p["instruction_id"], list(p["loop_ids"]), list(p["format_ids"]))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether a command waits for a yes, and if not how it runs."""
+
+    ask: bool
+    level: str = sandbox.NONE  # the sandbox level it runs in, or none
+    approval: str = "read-only"  # the audit's word for why it ran at once
+    why: str = ""  # said after the question
 
 
 async def respond(ctx: Context) -> AsyncIterator[str]:
@@ -88,6 +107,9 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
     if remembered:
         yield _remember(ctx, remembered.group(1).strip())
         return
+    # While its task runs, the instruction is crucial: the loop's observations must never
+    # crowd it out of the context (instructive karma until the task ends).
+    ctx.set_karma([ctx.user_prompt_id], "instructive")
     async for chunk in _loop(ctx, Task(ctx.user_prompt_id)):
         yield chunk
 
@@ -103,13 +125,14 @@ def _pending_approval(ctx: Context) -> dict | None:
         return None
     # Only when the question was the last thing said: not after a detour to another mode.
     before = [p for p in ctx.store.history(ctx.session.name, 2) if p.id < ctx.user_prompt_id]
-    if before and before[-1].content == question(kept["command"]):
+    if before and before[-1].content == (kept.get("question") or question(kept["command"])):
         return kept
     return None
 
 
-def question(command: str) -> str:
-    return f"I am about to run: {command}. Say yes to run it, or no."
+def question(command: str, why: str = "") -> str:
+    asked = f"I am about to run: {command}. Say yes to run it, or no."
+    return f"{asked} {why}" if why else asked
 
 
 def _remember(ctx: Context, fact: str) -> str:
@@ -158,40 +181,77 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
             task.format_ids.append(ctx.add_prompt("user", step.correction, "decorative"))
             continue
         command = step.command or ""
-        if _needs_approval(s["marat_approval"], command):
-            pending = task.to_pending(command)
-            ctx.set_pending(pending)
+        decision = decide(s["marat_approval"], s["sandbox_level"], command, task.escalate)
+        task.escalate = False
+        if decision.ask:
+            asked = question(command, decision.why)
+            ctx.set_pending(task.to_pending(command, asked))
             ctx.state["approval"] = ctx.session.pending
             ctx.reply_kind = "decorative"
-            yield question(command)
+            yield asked
             return
-        approval = "never" if s["marat_approval"] == "never" else "read-only"
-        await _run(ctx, task, command, approval)
+        await _run(ctx, task, command, decision.approval, level=decision.level)
     _finish_karma(ctx, task, done=False)
     ctx.reply_kind = "decorative"
     tail = f" The last command I ran was {task.last_command}." if task.last_command else ""
     yield (
-        f"I stopped after {turns} model turns without finishing the task.{tail} "
+        f"I stopped after {plural(turns, 'model turn')} without finishing the task.{tail} "
         "Say what to do next, or raise max_thought_loops."
     )
 
 
-def _needs_approval(policy: str, command: str) -> bool:
-    if policy == "never":
-        return False
-    if policy == "always":
-        return True
-    return not is_read_only(command)
+def decide(approval: str, level: str, command: str, escalate: bool = False) -> Decision:
+    """The approval policy on top of the sandbox.
+
+    never: everything runs at once, unsandboxed (the user's explicit choice). always: every
+    command asks. unsafe: a command the classifier calls read-only runs at once in the
+    read-only sandbox; anything else asks, and so does every command when no sandbox can be
+    had, and the next command after the sandbox stopped one. sandbox_level off: the user's
+    explicit choice to run classifier-read-only commands unsandboxed (the old behaviour)."""
+    if approval == "never":
+        return Decision(False, sandbox.NONE, "never")
+    if approval == "always":
+        return Decision(True)
+    if escalate:
+        return Decision(
+            True, why="The sandbox stopped the last command; this one would run outside it."
+        )
+    if not safety.is_read_only(command):
+        return Decision(True)
+    if level == sandbox.OFF:
+        return Decision(False, sandbox.NONE, "read-only")
+    found = sandbox.detect()
+    if not found.available:
+        return Decision(
+            True,
+            why=f"I would run it at once in a sandbox, but there is none here: {found.reason} "
+            f"To get one, {found.remedy}.",
+        )
+    return Decision(False, sandbox.READ_ONLY, "read-only")
 
 
 async def _run(
-    ctx: Context, task: Task, command: str, approval: str, answer: str | None = None
+    ctx: Context,
+    task: Task,
+    command: str,
+    approval: str,
+    answer: str | None = None,
+    level: str = sandbox.NONE,
 ) -> None:
     """Execute, remember the new cwd, store the observation and the audit row."""
     s = ctx.settings
     cwd, note = start_dir(ctx.session.cwd, s["marat_start_dir"])
+    policy = None
+    if level != sandbox.NONE:
+        policy = sandbox.policy_from_settings(s, level, cwd, str(ctx.daemon.home))
     run = await execute(
-        command, cwd, s["marat_command_timeout_secs"], s["max_bash_output_len_for_response"]
+        command,
+        cwd,
+        s["marat_command_timeout_secs"],
+        s["max_bash_output_len_for_response"],
+        sandbox=policy,
+        secrets=daemon_secrets(ctx.daemon),
+        passthrough=s["command_env_passthrough"],
     )
     ctx.session.cwd = run.cwd_after
     r = run.result
@@ -202,6 +262,13 @@ async def _run(
         lines.append(run.note)
     if run.cwd_after != cwd:
         lines.append(f"(The working directory is now {run.cwd_after}.)")
+    if r.blocked:
+        task.escalate = True
+        lines.append(
+            f"The sandbox stopped this command: {r.blocked}. It ran in "
+            f"{sandbox.describe_level(r.sandbox)} because it looked read-only. If it is "
+            "needed, propose it again: I will ask the user to run it outside the sandbox."
+        )
     observation = "\n".join(lines)
     meta = {"marat": "observation", "command": command, "exit_code": r.exit_code}
     prompt_id = ctx.add_prompt("user", observation, "default", meta)
@@ -210,19 +277,29 @@ async def _run(
     task.last_command = command
     task.last_output = r.describe() if r.timed_out else r.output
     ctx.extra.setdefault("commands", []).append(
-        {"command": command, "cwd": cwd, "exit_code": r.exit_code, "timed_out": r.timed_out}
+        {
+            "command": command,
+            "cwd": cwd,
+            "exit_code": r.exit_code,
+            "timed_out": r.timed_out,
+            "sandbox": r.sandbox,
+            "sandbox_blocked": bool(r.blocked),
+        }
     )
     ctx.extra["cwd"] = run.cwd_after
 
 
 def _finish_karma(ctx: Context, task: Task, done: bool) -> None:
     """After a task the loop stops crowding the context: thoughts, actions and observations
-    become decorative, format help worthless, the instruction and the answer contextual."""
+    become decorative, format help worthless; the instruction, crucial while the task ran,
+    and the final answer become contextual (an unfinished task's instruction: default)."""
     ctx.set_karma(task.loop_ids, "decorative")
     ctx.set_karma(task.format_ids, "none")
     if done:
         ctx.set_karma([task.instruction_id], "contextual")
         ctx.reply_kind = "contextual"
+    else:
+        ctx.set_karma([task.instruction_id], "default")
 
 
 def _final_reply(final: str, task: Task) -> str:

@@ -1,8 +1,11 @@
-"""Is a bash command clearly read-only? Used to run it without asking under `unsafe` approval.
+"""Is a bash command clearly read-only? Advice only: under `unsafe` approval it decides whether
+a command runs at once (inside the OS sandbox) or waits for a spoken yes.
 
-The check errs on the side of asking: anything it does not understand (command substitution,
-subshells, background jobs, redirection to a file, an unknown program, a path to a program,
-variable assignments) makes it say "not read-only", and the user is asked.
+A string check for bash cannot be complete, so nothing relies on it for safety: the sandbox
+(`daemon.sandbox`) is what stops a command that lies. It errs on the side of asking: anything
+it does not model (command substitution, subshells, background jobs, redirection to a file,
+unquoted `#`, braces, any `$` expansion, /dev/tcp, an unknown program, a path to a program,
+variable assignments, GNU option abbreviations of a dangerous option) makes it ask.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ READ_ONLY_PROGRAMS = frozenset(
     """.split()
 )
 
-# Arguments that make an otherwise read-only program write, delete or run something.
+# Arguments that make an otherwise read-only program write, delete or run something: exact
+# words (find's single-dash options cannot be abbreviated or bundled)...
 FORBIDDEN_ARGS = {
     "find": {
         "-exec",
@@ -32,10 +36,22 @@ FORBIDDEN_ARGS = {
         "-fprintf",
         "-fls",
     },
-    "sort": {"-o"},
-    "tree": {"-o"},
-    "date": {"-s", "--set"},
 }
+# ...short options, also inside a bundle (`sort -uo out`)...
+FORBIDDEN_SHORT = {"sort": "oT", "tree": "o", "date": "s", "file": "C", "uniq": ""}
+# ...and long options, also abbreviated (GNU getopt and git take any unique prefix:
+# `sort --outp=x`, `sort --compress-prog=sh`).
+FORBIDDEN_LONG = {
+    "sort": ("--output", "--compress-program", "--temporary-directory"),
+    "tree": ("--output",),
+    "date": ("--set",),
+    "file": ("--compile",),
+    "rg": ("--pre", "--pre-glob"),
+}
+_GIT_FORBIDDEN_LONG = ("--output", "--ext-diff", "--exec", "--open-files-in-pager", "--textconv")
+_GIT_FORBIDDEN_SHORT = {"grep": "O"}  # git grep -O<program> opens matches with it
+# Programs whose options a glob could turn dangerous (a file named `-o` in the directory).
+_GLOB_SENSITIVE = {"find", "git", *FORBIDDEN_SHORT, *FORBIDDEN_LONG}
 
 # git subcommands that only read (some have extra rules below).
 GIT_READ_ONLY = frozenset(
@@ -49,13 +65,46 @@ _GIT_BRANCH_LISTING = {
 }  # fmt: skip
 _SEPARATORS = {"|", "||", "&&", ";", "|&"}
 _SAFE_TARGETS = {"/dev/null"}
+_NEVER = ("`", "$(", "<(", ">(", "/dev/tcp", "/dev/udp")
+
+
+def _unmodelled(command: str) -> tuple[bool, bool]:
+    """(something the shlex reading would get wrong, an unquoted glob): scans quoting as bash
+    does. Unquoted `#` starts a comment for shlex anywhere but for bash only at a word's start;
+    braces expand (`-dele{te,te}`); `$` in any form expands (`$'-delete'`, `${x:=...}`, an
+    empty `$x` splicing two halves of an option); control characters split words differently."""
+    quote = None
+    glob = False
+    i = 0
+    while i < len(command):
+        c = command[i]
+        if c == "\\" and quote != "'":
+            i += 2
+            continue
+        if quote == "'":
+            quote = None if c == "'" else quote
+        elif c == "$":
+            return True, glob
+        elif quote == '"':
+            quote = None if c == '"' else quote
+        elif c in "'\"":
+            quote = c
+        elif c in "#{}" or (ord(c) < 32 and c not in "\n\t"):
+            return True, glob
+        elif c in "*?[":
+            glob = True
+        i += 1
+    return False, glob
 
 
 def is_read_only(command: str) -> bool:
     """True only when every part of `command` is a known read-only program use."""
     if not command.strip():
         return False
-    if any(mark in command for mark in ("`", "$(", "<(", ">(")):
+    if any(mark in command for mark in _NEVER):
+        return False
+    unmodelled, glob = _unmodelled(command)
+    if unmodelled:
         return False
     try:
         lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars=True)
@@ -89,7 +138,27 @@ def is_read_only(command: str) -> bool:
             segments[-1].append(tok)
         i += 1
     segments = [s for s in segments if s]
+    if glob and any(s[0] in _GLOB_SENSITIVE for s in segments):
+        return False
     return bool(segments) and all(_segment_read_only(s) for s in segments)
+
+
+def _long_hit(arg: str, dangerous: tuple[str, ...]) -> bool:
+    """`--outp=x` is `--output=x` to GNU getopt and git: any prefix of a dangerous option."""
+    if not arg.startswith("--") or arg == "--":
+        return False
+    name = arg.split("=", 1)[0]
+    return any(d.startswith(name) for d in dangerous)
+
+
+def _short_hit(arg: str, letters: str) -> bool:
+    """`-uo` bundles -u and -o; any forbidden letter in a bundle asks."""
+    return (
+        bool(letters)
+        and arg.startswith("-")
+        and not arg.startswith("--")
+        and any(c in letters for c in arg[1:])
+    )
 
 
 def _drop_fd(words: list[str]) -> None:
@@ -109,7 +178,9 @@ def _segment_read_only(words: list[str]) -> bool:
     if any(a.startswith("--output") for a in args):
         return False
     forbidden = FORBIDDEN_ARGS.get(program, set())
-    if any(a in forbidden or (a.startswith("-o") and "-o" in forbidden) for a in args):
+    letters = FORBIDDEN_SHORT.get(program, "")
+    long = FORBIDDEN_LONG.get(program, ())
+    if any(a in forbidden or _short_hit(a, letters) or _long_hit(a, long) for a in args):
         return False
     positional = [a for a in args if not a.startswith("-")]
     if program in ("hostname", "env") and args:
@@ -129,7 +200,9 @@ def _git_read_only(args: list[str]) -> bool:
     if not args or args[0] not in GIT_READ_ONLY:
         return False
     sub, rest = args[0], args[1:]
-    if any(a.startswith(("--output", "--ext-diff", "--exec")) for a in rest):
+    if any(_long_hit(a, _GIT_FORBIDDEN_LONG) for a in rest):
+        return False
+    if any(_short_hit(a, _GIT_FORBIDDEN_SHORT.get(sub, "")) for a in rest):
         return False
     flags = [a for a in rest if a.startswith("-")]
     positional = [a for a in rest if not a.startswith("-")]

@@ -13,17 +13,21 @@ import click
 
 from daemon.errors import LmdError
 from daemon.paths import refuse_overwrite
+from daemon.words import plural
 
 
-def default_output(dataset: Path, part: Any = None) -> Path:
-    """alpaca.jsonl -> alpaca.selectit.jsonl (part 2/4: alpaca.selectit.2-of-4.jsonl)."""
+def default_output(dataset: Path, scorer: str | None = None, part: Any = None) -> Path:
+    """alpaca.jsonl -> alpaca.selectit.jsonl beside the input; a `name` from the YAML file
+    names it instead: alpaca.SelectitTokenScorer.jsonl; part 2/4: alpaca.selectit.2-of-4.jsonl."""
+    from .output import file_part
+
     name = dataset.name
     for suffix in (".jsonl", ".json"):
         if name.lower().endswith(suffix):
             name = name[: -len(suffix)]
             break
     middle = f".{part.index}-of-{part.count}" if part is not None else ""
-    return dataset.with_name(name + ".selectit" + middle + ".jsonl")
+    return dataset.with_name(f"{name}.{file_part(scorer) if scorer else 'selectit'}{middle}.jsonl")
 
 
 def check_paths(dataset: Path, output: Path, select_out: Path | None) -> None:
@@ -183,7 +187,7 @@ def run(**o: Any) -> int:
 
     from .config import load_yaml, resolve
     from .datasets import parse_fields, read_dataset
-    from .output import ScoresFile
+    from .output import ScoresFile, summary
     from .prompts import choose_templates, load_templates
     from .shards import run_record
 
@@ -212,7 +216,7 @@ def run(**o: Any) -> int:
             f"(lines {shown}{more}).",
             err=True,
         )
-    output = o["output"] or default_output(o["dataset"], part)
+    output = o["output"] or default_output(o["dataset"], file_values.get("name"), part)
     check_paths(o["dataset"], output, o["select_out"])
     refuse_overwrite(o["select_out"], o["force"])
     scores = ScoresFile(output)
@@ -225,7 +229,8 @@ def run(**o: Any) -> int:
     todo = [s for s in samples if s.key not in scores.done]
     progress = sys.stderr.isatty() if o["progress"] is None else o["progress"]
     started = time.monotonic()
-    stats = {"scored": 0, "bounded": 0, "unrated": 0, "failed": []}
+    stats = {"scored": 0, "bounded": 0, "unrated": 0, "truncated": 0, "removed": 0, "skipped": 0}
+    failed: list = []  # (sample, why): --engine ray reports a sample it could not rate
     import asyncio  # here, not at the top: `lmd --help` imports this module
 
     try:
@@ -234,11 +239,11 @@ def run(**o: Any) -> int:
                 score_into(todo, templates, cfg, settings, scores, o["details"], progress, stats)
             )
         else:
-            score_on_ray(todo, templates, cfg, plan, scores, o["details"], progress, stats)
+            failed = score_on_ray(todo, templates, cfg, plan, scores, o["details"], progress, stats)
     except KeyboardInterrupt:
         scores.close()
         click.echo(
-            f"selectit: interrupted; {len(scores.done)} scores are saved in {output}. "
+            f"selectit: interrupted; {saved(len(scores.done))} in {output}. "
             "Run the same command again to resume.",
             err=True,
         )
@@ -248,41 +253,28 @@ def run(**o: Any) -> int:
         if not scores.done:
             raise
         raise LmdError(
-            f"{e.message} {len(scores.done)} scores are saved in {output}; run the same command "
+            f"{e.message} {saved(len(scores.done))} in {output}; run the same command "
             "again to resume."
         ) from None
     scores.put_in_order(s.key for s in samples)
-    elapsed = time.monotonic() - started
     missing = sum(not s.valid for s in samples)
-    rate = stats["scored"] / elapsed if elapsed > 0 else 0.0
-    where = f"part {part}: " if part else ""
-    line = (
-        f"selectit: {where}{len(samples)} samples, {stats['scored']} scored now "
-        f"({rate:.1f}/s), {before} from an earlier run; {missing} missing instruction or "
-        f"output scored 3.0"
-    )
-    if stats["bounded"]:
-        line += f"; {stats['bounded']} ratings were absent from the top logprobs and bounded"
-    click.echo(line + f". Scores: {output}", err=True)
-    if stats["unrated"]:
-        click.echo(
-            f"selectit: warning: {stats['unrated']} prompts had no rating 1-5 among the top "
-            "logprobs, so they count as 3.0; check that the model answers with a digit (try "
-            "--api completions with a base model, or other rating prompts).",
-            err=True,
-        )
-    if stats["failed"]:
-        failed = stats["failed"]
+    elapsed = time.monotonic() - started
+    for line in summary(cfg, stats, len(samples), before, missing, elapsed, output, part):
+        click.echo(line, err=True)
+    if failed:
         sample, why = failed[0]
         if len({w for _, w in failed}) == 1 and len(failed) == sum(s.valid for s in todo):
             raise LmdError(why)  # one cause for everything (the model did not load): say it once
         raise LmdError(
-            f"{len(failed)} samples could not be scored and are not in {output} (first: id "
-            f"{sample.key}: {why}); run the same command again to retry them."
+            f"{plural(len(failed), 'sample')} could not be scored and "
+            f"{'is' if len(failed) == 1 else 'are'} not in {output} (first: id {sample.key}: "
+            f"{why}); run the same command again to retry them."
         )
     if o["top_fraction"] is not None:
         kept = select_best(dataset, scores.done, o["top_fraction"], o["select_out"])
-        click.echo(f"selectit: kept the best {kept} records in {o['select_out']}.", err=True)
+        click.echo(
+            f"selectit: kept the best {plural(kept, 'record')} in {o['select_out']}.", err=True
+        )
     return 0
 
 
@@ -314,14 +306,22 @@ async def score_into(
     try:
         async for result in score_samples(todo, templates, cfg.alpha, rater):
             scores.append(result.to_json(details))
-            stats["scored"] += 1
-            stats["bounded"] += sum(r.absent for r in result.ratings)
-            stats["unrated"] += sum(r.absent == len(r.probs) for r in result.ratings)
+            count(stats, result)
             bar.update(1)
     finally:
         bar.close()
         if rater is not None and hasattr(rater, "llm"):
             await rater.llm.close()
+
+
+def count(stats: dict, result: Any) -> None:
+    """A written result in the run's summary counts."""
+    stats["scored"] += 1
+    stats["bounded"] += sum(r.absent for r in result.ratings)
+    stats["unrated"] += sum(r.absent == len(r.probs) for r in result.ratings)
+    stats["truncated"] += result.truncated
+    stats["removed"] += sum(result.removed)
+    stats["skipped"] += result.skipped is not None
 
 
 def score_on_ray(
@@ -333,34 +333,28 @@ def score_on_ray(
     details: bool,
     progress: bool,
     stats: dict,
-) -> None:
-    """Score `todo` on Ray: invalid samples here at once, the rest in the actor pool."""
+) -> list:
+    """Score `todo` on Ray: invalid samples here at once, the rest in the actor pool.
+    Returns the (sample, why) of samples that could not be rated (not written)."""
     from .engine import Result
     from .ray_engine import score_with_ray
     from .scoring import DEFAULT_SCORE
 
-    for s in todo:
-        if not s.valid:
-            scores.append(Result(s.id, DEFAULT_SCORE, False).to_json(details))
-            stats["scored"] += 1
-
     def keep(result: Any) -> None:
         scores.append(result.to_json(details))
-        stats["scored"] += 1
+        count(stats, result)
 
+    for s in todo:
+        if not s.valid:
+            keep(Result(s.id, DEFAULT_SCORE, False))
     run = score_with_ray([s for s in todo if s.valid], templates, cfg, plan, keep, progress)
-    stats["failed"] = run.failures or []
-    if run.truncated:
-        click.echo(
-            f"selectit: {run.truncated} prompts were longer than max_length {cfg.max_length}; "
-            "their sample text was cut (the answer cue kept).",
-            err=True,
-        )
     if run.workers:
         click.echo(
-            f"selectit: Ray scored with {run.workers} workers, batches of {run.batch_size}.",
+            f"selectit: Ray scored with {plural(run.workers, 'worker')}, batches of "
+            f"{run.batch_size}.",
             err=True,
         )
+    return run.failures or []
 
 
 def fingerprint(cfg: Any, settings: Any, templates: list[str], part: Any = None) -> dict:
@@ -369,15 +363,22 @@ def fingerprint(cfg: Any, settings: Any, templates: list[str], part: Any = None)
     import hashlib
 
     from .output import WHOLE
-    from .raters import openai_model
+    from .raters import local_model, openai_model
 
     local = cfg.backend == "transformers"
     prompts = hashlib.sha256("\n".join(templates).encode()).hexdigest()[:16]
-    out = {"backend": cfg.backend, "model": cfg.model if local else openai_model(cfg, settings)}
+    out = {
+        "backend": cfg.backend,
+        "model": local_model(cfg) if local else openai_model(cfg, settings),
+    }
     out.update({"k": cfg.k, "alpha": cfg.alpha, "prompts": prompts, "max_length": cfg.max_length})
     out.update({} if local else {"api": cfg.api})
     out["shard"] = str(part) if part is not None else WHOLE
     return out
+
+
+def saved(n: int) -> str:
+    return f"{n} score{'' if n == 1 else 's'} {'is' if n == 1 else 'are'} saved"
 
 
 def select_best(dataset: Any, done: dict, fraction: float, path: Path) -> int:
@@ -387,7 +388,7 @@ def select_best(dataset: Any, done: dict, fraction: float, path: Path) -> int:
     ranked = [
         (done[s.key]["score"], i, s)
         for i, s in enumerate(dataset.samples)
-        if s.valid and s.key in done
+        if s.valid and s.key in done and "skipped" not in done[s.key]
     ]
     ranked.sort(key=lambda t: (-t[0], t[1]))
     keep = max(1, math.floor(fraction * len(ranked))) if ranked else 0

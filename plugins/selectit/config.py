@@ -83,7 +83,9 @@ SETTINGS = [
         "selectit_model",
         DEFAULTS.model,
         "str",
-        "Model id (openai backend; empty = openai_model) or local path (transformers).",
+        "Model id (openai; empty = openai_model) or local model (transformers; empty = "
+        "meta-llama/Llama-3.1-8B).",
+        protected=True,  # a path the daemon loads: only the CLI or the token may set it
     ),
     Setting(
         "selectit_rp_file",
@@ -98,7 +100,7 @@ SETTINGS = [
         "selectit_max_length",
         DEFAULTS.max_length,
         "int",
-        "Most prompt tokens; longer sample text is cut, the answer cue kept.",
+        "Most prompt tokens; a longer sample's instruction and response are shortened.",
         min=16,
     ),
     Setting(
@@ -136,6 +138,7 @@ SETTINGS = [
         DEFAULTS.fallback_model,
         "str",
         "Local model to load, with a warning, when the model fails to (empty = stop instead).",
+        protected=True,  # a path the daemon loads: only the CLI or the token may set it
     ),
 ]
 

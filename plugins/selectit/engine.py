@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .datasets import Sample
-from .prompts import Prompt, build_prompt
+from .prompts import Prompt, Tokens, TooLong, build_prompt, fit
 from .scoring import DEFAULT_SCORE, Rating, final_score
 
 
 class Rater(Protocol):
     """A source of rating distributions (the openai and transformers backends)."""
+
+    max_length: int | None
+
+    @property
+    def tokens(self) -> Tokens: ...
 
     def rate_samples(
         self, prompt_lists: Sequence[Sequence[Prompt]]
@@ -25,14 +31,25 @@ class Result:
     score: float
     valid: bool = True
     ratings: list[Rating] = field(default_factory=list)
+    removed: list[int] = field(default_factory=list)  # sample tokens cut, per rating prompt
+    skipped: str | None = None  # why the sample got the default score without a rating
+
+    @property
+    def truncated(self) -> bool:
+        return any(self.removed)
 
     def to_json(self, details: bool = False) -> dict:
         out: dict[str, Any] = {"id": self.id, "score": self.score}
+        if self.skipped:
+            out["skipped"] = self.skipped  # always: a 3.0 that is no rating must say so
         if details:
             out["token_scores"] = [r.score for r in self.ratings]
             out["distributions"] = [list(r.probs) for r in self.ratings]
             if not self.valid:
                 out["missing_fields"] = True
+            if self.truncated:
+                out["truncated"] = True
+                out["removed_tokens"] = self.removed
         return out
 
 
@@ -43,14 +60,35 @@ def prompts_for(sample: Sample, templates: Sequence[str]) -> list[Prompt]:
     ]
 
 
-def combine(sample: Sample, ratings: list[Rating], alpha: float) -> Result:
-    return Result(sample.id, final_score([r.score for r in ratings], alpha), True, ratings)
+def fitted_prompts(
+    sample: Sample, templates: Sequence[str], rater: Rater
+) -> list[Prompt] | TooLong:
+    """The sample's k prompts, each fitted to the rater's max_length; TooLong if one cannot."""
+    prompts = prompts_for(sample, templates)
+    if not rater.max_length:
+        return prompts
+    tokens = rater.tokens
+    try:
+        return [fit(p, rater.max_length, tokens) for p in prompts]
+    except TooLong as e:
+        return e
+
+
+def combine(sample: Sample, ratings: list[Rating], alpha: float, prompts: list[Prompt]) -> Result:
+    return rated(sample, ratings, alpha, [p.removed for p in prompts])
+
+
+def rated(sample: Sample, ratings: list[Rating], alpha: float, removed: list[int]) -> Result:
+    """The Result of a rated sample; `removed`: sample tokens cut from each prompt."""
+    score = final_score([r.score for r in ratings], alpha)
+    return Result(sample.id, score, True, ratings, removed)
 
 
 async def score_samples(
     samples: Sequence[Sample], templates: Sequence[str], alpha: float, rater: Rater
 ) -> AsyncIterator[Result]:
-    """A Result per sample, as each finishes; invalid samples first, at the default score."""
+    """A Result per sample, as each finishes. Samples without instruction or output, and those
+    whose prompts cannot fit max_length, come first, at the default score."""
     valid = []
     for s in samples:
         if s.valid:
@@ -59,6 +97,16 @@ async def score_samples(
             yield Result(s.id, DEFAULT_SCORE, False)
     if not valid:
         return
-    prompt_lists = [prompts_for(s, templates) for s in valid]
+    # Counting tokens takes a while on big datasets: not on the daemon's event loop.
+    fitted = await asyncio.to_thread(lambda: [fitted_prompts(s, templates, rater) for s in valid])
+    rated, prompt_lists = [], []
+    for s, prompts in zip(valid, fitted, strict=True):
+        if isinstance(prompts, TooLong):
+            yield Result(s.id, DEFAULT_SCORE, True, skipped=prompts.message)
+        else:
+            rated.append(s)
+            prompt_lists.append(prompts)
+    if not rated:
+        return
     async for index, ratings in rater.rate_samples(prompt_lists):
-        yield combine(valid[index], ratings, alpha)
+        yield combine(rated[index], ratings, alpha, prompt_lists[index])

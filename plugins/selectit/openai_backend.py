@@ -7,7 +7,6 @@ on the completions endpoint with the raw prompt (base models) or on chat (instru
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -37,32 +36,16 @@ class OpenAIRater:
         self.top_logprobs = top_logprobs
         self.concurrency = concurrency
         self.max_length = max_length
-        self.truncated = 0
         self._gate = asyncio.Semaphore(concurrency)
 
-    def fit(self, prompt: Prompt) -> Prompt:
-        """Cut the sample text of a prompt longer than max_length tokens, never the answer cue.
-
-        The server's tokenizer is unknown here, so tokens are counted the daemon's way
-        (tiktoken, or 4 bytes a token offline): a guard against context-length errors that
-        would stop a run at the same sample every time, not an exact count.
-        """
-        from daemon import tokens
-
-        if self.max_length is None or tokens.count(prompt.text, self.model) <= self.max_length:
-            return prompt
-        room = max(1, self.max_length - tokens.count(prompt.tail, self.model))
-        enc = tokens.encoding_for(self.model)
-        if enc is not None:
-            head = enc.decode(enc.encode(prompt.head, disallowed_special=())[:room])
-        else:
-            head = prompt.head.encode("utf-8")[: room * 4].decode("utf-8", "ignore")
-        self.truncated += 1
-        return Prompt(head, prompt.tail)
+    @property
+    def tokens(self) -> DaemonTokens:
+        """How prompts are counted for max_length (see DaemonTokens)."""
+        return DaemonTokens(self.model)
 
     async def rate(self, prompt: Prompt) -> Rating:
-        """The rating distribution of one prompt."""
-        text = self.fit(prompt).text
+        """The rating distribution of one prompt (fitted to max_length already)."""
+        text = prompt.text
         async with self._gate:
             while True:
                 asked = self.top_logprobs
@@ -86,7 +69,6 @@ class OpenAIRater:
 
         todo = iter(enumerate(prompt_lists))
         pending: set[asyncio.Task] = set()
-        before = self.truncated
         try:
             while True:
                 # Keep enough samples in flight to fill every request slot, but no more.
@@ -108,12 +90,6 @@ class OpenAIRater:
                 task.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
-            if self.truncated > before:
-                print(
-                    f"selectit: {self.truncated - before} prompts were longer than max_length "
-                    f"{self.max_length}; their sample text was cut (the answer cue kept).",
-                    file=sys.stderr,
-                )
 
     async def _request(self, text: str, top: int) -> Any:
         if self.api == "chat":
@@ -176,6 +152,57 @@ class OpenAIRater:
         if text is None:
             text = getattr(choice, "text", None)
         return (text or "")[:200]
+
+
+class DaemonTokens:
+    """Counts the daemon's way: tiktoken for the model, or 4 UTF-8 bytes a token offline.
+
+    The server's own tokenizer is unknown here, so this guards against context-length errors
+    (which would stop a run at the same sample on every resume); it is not an exact count.
+    """
+
+    def __init__(self, model: str) -> None:
+        from daemon import tokens
+
+        self.model = model
+        self.encoding = tokens.encoding_for(model)
+
+    def count(self, text: str) -> int:
+        from daemon import tokens
+
+        if self.encoding is None:
+            return tokens.estimate(text)
+        return len(self.encoding.encode(text, disallowed_special=()))
+
+    part = count
+
+    def ends(self, text: str, head: int, tail: int) -> tuple[str, str]:
+        if self.encoding is None:  # the estimate's "tokens" are 4-byte slices
+            raw = text.encode("utf-8", "surrogatepass")
+            first = raw[: head * 4].decode("utf-8", "ignore")
+            last = raw[len(raw) - tail * 4 :].decode("utf-8", "ignore") if tail else ""
+            return _whole_words(first, text, True), _whole_words(last, text, False)
+        ids = self.encoding.encode(text, disallowed_special=())
+        decode = self.encoding.decode_bytes
+        return (
+            decode(ids[:head]).decode("utf-8", "ignore"),
+            decode(ids[len(ids) - tail :]).decode("utf-8", "ignore") if tail else "",
+        )
+
+
+def _whole_words(piece: str, text: str, head: bool) -> str:
+    """A byte slice of `text` trimmed to whole words, when a word boundary is near (the
+    estimate knows no tokens, and half words only confuse the model)."""
+    if len(piece) == len(text) or not piece:
+        return piece
+    cut_inside = not (text[len(piece)] if head else text[-len(piece) - 1]).isspace()
+    if not cut_inside:
+        return piece
+    space = piece.rfind(" ") if head else piece.find(" ")
+    near = space >= len(piece) - 16 if head else 0 <= space < 16
+    if not near:
+        return piece
+    return piece[:space] if head else piece[space + 1 :]
 
 
 def _get(obj: Any, name: str) -> Any:

@@ -170,3 +170,58 @@ def write_records(path: str | Path, records: list[Any], as_array: bool) -> None:
         else:
             for r in records:
                 fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def file_part(name: str) -> str:
+    """A scorer name as part of a file name (letters, digits, . _ - kept; others become _)."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "selectit"
+
+
+def summary(
+    cfg: Any,
+    stats: dict,
+    samples: int,
+    before: int,
+    missing: int,
+    elapsed: float,
+    output: Path,
+    part: Any = None,
+) -> list[str]:
+    """The lines said at the end of a run: counts, shortened and skipped samples, warnings."""
+    from daemon.words import plural
+
+    rate = stats["scored"] / elapsed if elapsed > 0 else 0.0
+    where = f"part {part}: " if part is not None else ""
+    line = (
+        f"selectit: {cfg.name}: {where}{plural(samples, 'sample')}, {stats['scored']} scored now "
+        f"({rate:.1f}/s), {before} from an earlier run; {missing} missing instruction or "
+        "output scored 3.0"
+    )
+    if stats["truncated"]:
+        line += (
+            f"; {plural(stats['truncated'], 'sample')} shortened in the middle to fit "
+            f"max_length {cfg.max_length} ({plural(stats['removed'], 'token')} removed)"
+        )
+    if stats["skipped"]:
+        line += (
+            f"; {plural(stats['skipped'], 'sample')} could not fit max_length "
+            f"{cfg.max_length} even shortened, skipped and scored 3.0"
+        )
+    if stats["bounded"]:
+        were = "was" if stats["bounded"] == 1 else "were"
+        line += (
+            f"; {plural(stats['bounded'], 'rating')} {were} absent from the top logprobs "
+            "and bounded"
+        )
+    lines = [line + f". Scores: {output}"]
+    if stats["unrated"]:
+        had = plural(stats["unrated"], "prompt")
+        lines.append(
+            f"selectit: warning: {had} had no rating 1-5 among the top logprobs, so "
+            f"{'it counts' if stats['unrated'] == 1 else 'they count'} as 3.0; check that the "
+            "model answers with a digit (try --api completions with a base model, or other "
+            "rating prompts)."
+        )
+    return lines

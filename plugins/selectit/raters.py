@@ -6,9 +6,17 @@ from typing import Any
 
 from .config import Config
 
+# The spec's default foundation model (a Hub id: loadable only where it was downloaded).
+DEFAULT_LOCAL_MODEL = "meta-llama/Llama-3.1-8B"
+
 
 def openai_model(cfg: Config, settings: Any) -> str:
     return cfg.model or settings["openai_model"]
+
+
+def local_model(cfg: Config) -> str:
+    """The transformers backend's model: --model / selectit_model, else the spec's default."""
+    return cfg.model or DEFAULT_LOCAL_MODEL
 
 
 def make_openai_rater(cfg: Config, settings: Any, llm: Any = None) -> Any:
@@ -33,7 +41,7 @@ def make_transformers_rater(cfg: Config, sort_by_length: bool = True) -> Any:
     from .transformers_backend import TransformersRater
 
     return TransformersRater.load(
-        cfg.model,
+        local_model(cfg),
         cfg.device,
         fallback=cfg.fallback_model,
         batch_size=cfg.batch_size,

@@ -24,8 +24,9 @@ from typing import Any
 from daemon.errors import LmdError
 
 from .datasets import Sample
-from .engine import Result, combine, prompts_for
-from .scoring import Rating
+from .engine import Result, fitted_prompts, rated
+from .prompts import TooLong
+from .scoring import DEFAULT_SCORE, Rating
 
 # Tests: the path of a file; the first worker that removes it after its first batch dies
 # with os._exit, as a crashed or OOM-killed worker would.
@@ -45,7 +46,6 @@ class RayPlan:
 class RayRun:
     workers: int = 0
     batch_size: int = 0
-    truncated: int = 0
     failures: list[tuple[Sample, str]] | None = None
 
 
@@ -65,6 +65,8 @@ class RaterWorker:
             self.error = e.message
 
     def __call__(self, batch: dict) -> dict:
+        """Per sample: its ratings (JSON), the tokens cut from each prompt (JSON), or why it
+        was skipped (too long even shortened: the local engine's 3.0), or why it failed."""
         import numpy as np
 
         self._crash_when_asked()
@@ -76,34 +78,46 @@ class RaterWorker:
                 batch["index"], batch["instruction"], batch["input"], batch["output"], strict=True
             )
         ]
-        ratings, errors = [""] * n, [self.error] * n
-        truncated = 0
+        ratings, removed, skipped, errors = [""] * n, [""] * n, [""] * n, [self.error] * n
         if self.rater is not None:
-            before = self.rater.truncated
-            prompts = [prompts_for(s, self.templates) for s in samples]
+            todo: list[tuple[int, list]] = []
+            for i, sample in enumerate(samples):
+                try:
+                    prompts = fitted_prompts(sample, self.templates, self.rater)
+                except Exception as e:  # noqa: BLE001 - reported with the sample's id
+                    errors[i] = _reason(e)
+                    continue
+                if isinstance(prompts, TooLong):
+                    skipped[i] = prompts.message
+                else:
+                    removed[i] = json.dumps([p.removed for p in prompts])
+                    todo.append((i, prompts))
             try:
-                ratings = self._rate(prompts)
+                for (i, _), text in zip(todo, self._rate([p for _, p in todo]), strict=True):
+                    ratings[i] = text
             except Exception:  # find the sample(s) at fault; the others still count
-                for i, one in enumerate(prompts):
+                for i, prompts in todo:
                     try:
-                        ratings[i] = self._rate([one])[0]
+                        ratings[i] = self._rate([prompts])[0]
                     except Exception as e:  # noqa: BLE001 - reported with the sample's id
                         errors[i] = _reason(e)
-            truncated = self.rater.truncated - before
         return {
             "index": batch["index"],
             "ratings": np.array(ratings, dtype=object),
+            "removed": np.array(removed, dtype=object),
+            "skipped": np.array(skipped, dtype=object),
             "error": np.array(errors, dtype=object),
-            "truncated": np.array([truncated] + [0] * (n - 1)),
         }
 
     def _rate(self, prompt_lists: list[list[Any]]) -> list[str]:
+        if not prompt_lists:
+            return []
         group = max(len(p) for p in prompt_lists)
         flat = [p for prompts in prompt_lists for p in prompts]
-        rated = self.rater.rate_prompts(flat, group)
+        ratings = self.rater.rate_prompts(flat, group)
         out, pos = [], 0
         for prompts in prompt_lists:
-            out.append(json.dumps([list(r.probs) for r in rated[pos : pos + len(prompts)]]))
+            out.append(json.dumps([list(r.probs) for r in ratings[pos : pos + len(prompts)]]))
             pos += len(prompts)
         return out
 
@@ -208,7 +222,7 @@ def score_with_ray(
         ]
         blocks = min(math.ceil(len(items) / run.batch_size), 10_000)
         dataset = ray.data.from_items(items, override_num_blocks=blocks)
-        rated = dataset.map_batches(
+        scored = dataset.map_batches(
             RaterWorker,
             fn_constructor_kwargs={"cfg": cfg, "templates": list(templates)},
             compute=ray.data.ActorPoolStrategy(size=run.workers),
@@ -217,18 +231,21 @@ def score_with_ray(
             num_gpus=plan.gpus_per_worker or None,
         )
         try:
-            for out in rated.iter_batches(batch_size=None, batch_format="numpy"):
-                for index, ratings, error in zip(
-                    out["index"], out["ratings"], out["error"], strict=True
-                ):
+            for out in scored.iter_batches(batch_size=None, batch_format="numpy"):
+                rows = zip(
+                    out["index"], out["ratings"], out["removed"], out["skipped"], out["error"],
+                    strict=True,
+                )  # fmt: skip
+                for index, ratings, removed, skipped, error in rows:
                     sample = samples[int(index)]
                     if error:
                         run.failures.append((sample, str(error)))
+                    elif skipped:
+                        on_result(Result(sample.id, DEFAULT_SCORE, True, skipped=str(skipped)))
                     else:
-                        probs = json.loads(ratings)
-                        on_result(combine(sample, [Rating(tuple(p)) for p in probs], cfg.alpha))
+                        found = [Rating(tuple(p)) for p in json.loads(ratings)]
+                        on_result(rated(sample, found, cfg.alpha, json.loads(removed)))
                     bar.update(1)
-                run.truncated += int(out["truncated"].sum())
         except (KeyboardInterrupt, LmdError):
             raise
         except Exception as e:  # a worker that kept dying, a lost node, a cancelled job

@@ -103,14 +103,21 @@ async def selectit_route(request: Any) -> Any:
     if single:
         return JSONResponse(results[0])
     missing = sum(not s.valid for s in samples)
-    return JSONResponse({"results": results, "count": len(results), "missing": missing})
+    skipped = sum("skipped" in r for r in results)
+    return JSONResponse(
+        {"results": results, "count": len(results), "missing": missing, "skipped": skipped}
+    )
 
 
 # OpenAPI description of the route (served at /openapi.json, checked by schemathesis).
 _RECORD = {"type": "object", "description": 'An Alpaca record: {"instruction", "output"}.'}
 _RESULT = {
     "type": "object",
-    "properties": {"id": {}, "score": {"type": "number"}},
+    "properties": {
+        "id": {},
+        "score": {"type": "number"},
+        "skipped": {"type": "string", "description": "Why the sample got 3.0 unrated."},
+    },
     "required": ["id", "score"],
 }
 selectit_route.openapi = {
@@ -146,6 +153,7 @@ selectit_route.openapi = {
                                         "results": {"type": "array", "items": _RESULT},
                                         "count": {"type": "integer"},
                                         "missing": {"type": "integer"},
+                                        "skipped": {"type": "integer"},
                                     },
                                     "required": ["results", "count", "missing"],
                                 },

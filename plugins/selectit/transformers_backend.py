@@ -11,6 +11,7 @@ import asyncio
 import sys
 import threading
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from daemon.errors import LmdError
@@ -81,14 +82,26 @@ def load_model(path: str, device: str = "auto") -> tuple[Any, Any]:
         raise LmdError(
             "The transformers backend needs torch and transformers: pip install 'lmd[local]'."
         ) from None
+    # Never from the network: a Hub id loads from the local cache or fails at once (online,
+    # a missing 16 GB model would start downloading; offline, the hub client retries for a
+    # minute before it gives up).
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
     except Exception as e:
-        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        if not Path(path).expanduser().exists():
+            reason = "no such directory, and not in the Hugging Face cache"
+            hint = (
+                ""
+                if path.startswith(("/", ".", "~"))
+                else (f", or download it first (huggingface-cli download {path})")
+            )
+        else:
+            reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            hint = ""
         raise LmdError(
             f"I could not load the model {path!r} ({reason}); give a local model directory "
-            "with --model."
+            f"with --model{hint}."
         ) from None
     model.to(pick_device(device))
     model.eval()
@@ -129,7 +142,6 @@ class TransformersRater:
             pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
         self.pad_id = pad
         self.last_only = _last_logits_kwarg(model)
-        self.truncated = 0
         self.forward_passes = 0
         self.padded_tokens = 0
 
@@ -150,20 +162,21 @@ class TransformersRater:
             model, tokenizer = load_model(fallback, device)
         return cls(model, tokenizer, **kw)
 
+    @property
+    def tokens(self) -> HFTokens:
+        """How prompts are counted for max_length: this model's tokenizer (see HFTokens)."""
+        return HFTokens(self.tokenizer, len(self.bridge))
+
     def encode(self, prompt: Prompt) -> list[int]:
-        """Prompt ids (+ bridge); too long -> the sample text is cut, never the answer cue."""
-        tok = self.tokenizer
-        ids = tok.encode(prompt.text) + self.bridge
-        if len(ids) <= self.max_length:
-            return ids
-        tail = tok.encode(prompt.tail, add_special_tokens=False) + self.bridge
-        room = self.max_length - len(tail)
-        if room < 1:
+        """Prompt ids, plus the bridge; the prompt was fitted to max_length already (a longer
+        one is an error here, never cut from the end)."""
+        ids = self.tokenizer.encode(prompt.text) + self.bridge
+        if len(ids) > self.max_length:
             raise LmdError(
-                f"max_length {self.max_length} cannot even hold the prompt's ending; raise it."
+                f"A rating prompt is {len(ids)} tokens, more than max_length {self.max_length}; "
+                "fit it first (plugins.selectit.prompts.fit)."
             )
-        self.truncated += 1
-        return tok.encode(prompt.head)[:room] + tail
+        return ids
 
     def rate_prompts(
         self, prompts: Sequence[Prompt], group: int = 1, stop: threading.Event | None = None
@@ -216,7 +229,6 @@ class TransformersRater:
     ) -> AsyncIterator[tuple[int, list[Rating]]]:
         """(index, ratings) per sample, a window of samples at a time (sorted within it)."""
         window = window or self.batch_size * 16
-        before = self.truncated
         for start in range(0, len(prompt_lists), window):
             chunk = prompt_lists[start : start + window]
             group = max(len(p) for p in chunk)
@@ -231,9 +243,25 @@ class TransformersRater:
             for offset, prompts in enumerate(chunk):
                 yield start + offset, ratings[pos : pos + len(prompts)]
                 pos += len(prompts)
-        if self.truncated > before:
-            print(
-                f"selectit: {self.truncated - before} prompts were longer than max_length "
-                f"{self.max_length}; their sample text was cut (the answer cue kept).",
-                file=sys.stderr,
-            )
+
+
+class HFTokens:
+    """Counts with the model's own tokenizer: a whole prompt as it is fed (special tokens and
+    the rating bridge included), a part on its own (no special tokens)."""
+
+    def __init__(self, tokenizer: Any, extra: int = 0) -> None:
+        self.tokenizer = tokenizer
+        self.extra = extra
+
+    def count(self, text: str) -> int:
+        return len(self.tokenizer.encode(text)) + self.extra
+
+    def part(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def ends(self, text: str, head: int, tail: int) -> tuple[str, str]:
+        tok = self.tokenizer
+        ids = tok.encode(text, add_special_tokens=False)
+        first = tok.decode(ids[:head], skip_special_tokens=True)
+        last = tok.decode(ids[len(ids) - tail :], skip_special_tokens=True) if tail else ""
+        return first, last

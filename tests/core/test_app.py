@@ -114,8 +114,9 @@ def test_idle_session_falls_back_to_default_prompt(make_client, backend, home):
 def test_unknown_default_mode_is_explained(make_client):
     client = make_client(default_prompt="nosuchmode")
     r = client.post("/v1", content="hello")
-    assert r.status_code == 500
-    assert "There is no mode called nosuchmode" in r.text and "dali" in r.text
+    assert r.status_code == 503
+    assert r.text.startswith("The setting default_prompt names the mode 'nosuchmode', which is")
+    assert "dali" in r.text and "lmd settings set default_prompt" in r.text
 
 
 # -- bad input ------------------------------------------------------------------------------
@@ -126,7 +127,7 @@ def test_unknown_default_mode_is_explained(make_client):
         (b"", {}, 400, "empty"),
         (b"   \n\t ", {}, 400, "empty"),
         (b"dali \x00 hi", {}, 400, "NUL"),
-        (b"{not json", {"content-type": "application/json"}, 400, "malformed"),
+        (b"{not json", {"content-type": "application/json"}, 400, "not valid JSON"),
         (b'{"text": "hi"}', {"content-type": "application/json"}, 400, '"input" string'),
         (b'["hi"]', {"content-type": "application/json"}, 400, '"input" string'),
         (b"hi", {"X-Session": "bad name!"}, 400, "session name"),
@@ -258,13 +259,13 @@ def test_promote_makes_a_prompt_operative(client, backend):
     client.post("/v1", content="dali remember my projects live in ~/code")
     first = stored(client)[0]
     r = client.post(f"/history/{first['id']}/promote")
-    assert r.status_code == 200 and r.json()["karma"] == 2500
+    assert r.status_code == 200 and r.json()["karma"] == 25000  # operative_karma
     assert stored(client)[0]["kind"] == "operative"
     assert client.post("/history/999/promote").status_code == 404
 
 
 def test_token_guards_every_route_but_healthz(make_client, backend):
-    client = make_client(token="s3cret")
+    client = make_client(token="s3cret", peer=False)  # the kernel vouches for nobody here
     assert client.get("/healthz").status_code == 200
     for method, path in [
         ("post", "/v1"),
@@ -273,7 +274,7 @@ def test_token_guards_every_route_but_healthz(make_client, backend):
         ("put", "/settings/max_tokens"),
     ]:
         r = getattr(client, method)(path)
-        assert r.status_code == 401 and "token" in r.json()["error"], path
+        assert r.status_code == 401 and "token" in r.text, path
         r = client.request(method, path, headers={"Authorization": "Bearer wrong"})
         assert r.status_code == 401
     r = client.post("/v1", content="dali hi", headers={"Authorization": "Bearer s3cret"})
@@ -283,8 +284,10 @@ def test_token_guards_every_route_but_healthz(make_client, backend):
 def test_foreign_host_and_origin_are_refused_on_loopback(client):
     assert client.get("/settings", headers={"Host": "evil.example:8420"}).status_code == 403
     r = client.get("/settings", headers={"Origin": "http://evil.example"})
-    assert r.status_code == 403 and "Cross-origin" in r.json()["error"]
-    assert client.get("/settings", headers={"Origin": "http://localhost:3000"}).status_code == 200
+    assert r.status_code == 403 and "other web pages" in r.json()["error"]
+    # Another port on loopback is another origin (a dev server's page): refused too.
+    assert client.get("/settings", headers={"Origin": "http://localhost:3000"}).status_code == 403
+    assert client.get("/settings", headers={"Origin": "http://localhost:8420"}).status_code == 200
 
 
 def test_plain_replies_drop_markdown_fences_unless_raw_is_asked(client, backend):

@@ -72,7 +72,12 @@ def test_history_shows_karma_and_score(live, backend, home):
     # also one prompt away (1/3)
     assert 0 < rows[0]["score"] < rows[1]["score"] <= 10.0 * 1000
     r = lmd("history", "promote", str(rows[0]["id"]), "--home", str(home))
-    assert r.returncode == 0 and "operative" in r.stdout
+    assert r.returncode == 0 and "operative (karma 25000)" in r.stdout  # operative_karma
+    lmd("settings", "set", "operative_karma", "30000", "--home", str(home))
+    r = lmd("history", "promote", str(rows[1]["id"]), "--home", str(home))
+    assert r.returncode == 0 and "operative (karma 30000)" in r.stdout
+    rows = json.loads(lmd("history", "--json", "--home", str(home)).stdout)
+    assert [(r["kind"], r["karma"]) for r in rows] == [("operative", 25000), ("operative", 30000)]
     assert lmd("history", "promote", "9999", "--home", str(home)).returncode == 1
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import configure
+from tests.daemons import IN_PROCESS, configure
 from tests.fake_backend import Reply
 
 HEADERS = {"Accept": "application/json"}
@@ -296,7 +296,9 @@ def test_disk_full_on_a_real_small_tmpfs(tmp_path, backend):
     try:
         home = mnt / "home"
         configure(home, openai_chat_endpoint=backend.url, openai_model="m", llm_max_retries=0)
-        with TestClient(create_app(home=home), base_url="http://127.0.0.1:8420") as client:
+        with TestClient(
+            create_app(home=home, peer_check=IN_PROCESS), base_url="http://127.0.0.1:8420"
+        ) as client:
             backend.queue("stored")
             assert client.post("/v1", content="dali kept safe").status_code == 200
             filler = mnt / "filler"

@@ -135,8 +135,14 @@ def test_bad_bytes_get_one_sentence_and_reach_nobody(client, backend, body, stat
 @pytest.mark.parametrize(
     ("body", "sentence"),
     [
-        ("[" * 50_000 + "]" * 50_000, 'The JSON body is malformed; send {"input": "your words"}'),
-        ('{"input": ' * 20_000 + '"x"' + "}" * 20_000, 'The JSON body is malformed; send {"input"'),
+        (
+            "[" * 50_000 + "]" * 50_000,
+            'The request body is not valid JSON (it is nested too deeply); send {"input": "your',
+        ),
+        (
+            '{"input": ' * 20_000 + '"x"' + "}" * 20_000,
+            "The request body is not valid JSON (it is nested too deeply)",
+        ),
         (
             '{"input": "dali \\u0000 nul"}',
             "The utterance contains a NUL character; send plain text.",
@@ -148,7 +154,7 @@ def test_bad_bytes_get_one_sentence_and_reach_nobody(client, backend, body, stat
         ('{"input": "dali hi", "session": ["x"]}', "The session name must be"),
         ('{"input": "dali \\ud800"}', "The request contains an invalid character (a lone"),
         ('{"input": "dali hi", "session": "\\udfff"}', "The request contains an invalid"),
-        ("{'input': 'single quotes'}", "The JSON body is malformed"),
+        ("{'input': 'single quotes'}", "The request body is not valid JSON (Expecting property"),
     ],
     ids=[
         "deep-array",

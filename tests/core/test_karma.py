@@ -67,12 +67,30 @@ def test_select_keeps_chronological_order_and_breaks_ties_by_dropping_older():
 
 def test_karma_kinds_map_to_settings():
     s = {s.name: s.default for s in CORE_SETTINGS}
-    assert karma.karma_for("operative", s) == 2500
+    assert karma.karma_for("operative", s) == 25000
     assert karma.karma_for("contextual", s) == 2500
     assert karma.karma_for("instructive", s) == 10000
     assert karma.karma_for("default", s) == 1000
     assert karma.karma_for("decorative", s) == 500
     assert karma.karma_for("none", s) == 0
+
+
+def test_the_seeds_order_of_kinds_holds_with_the_defaults():
+    """operative > instructive > default > decorative (the daemon seed's karma section), with
+    lmd's contextual between instructive and default and none at the bottom."""
+    s = {spec.name: spec.default for spec in CORE_SETTINGS}
+    points = [karma.karma_for(kind, s) for kind in karma.KINDS]
+    assert karma.KINDS == (
+        "operative",
+        "instructive",
+        "contextual",
+        "default",
+        "decorative",
+        "none",
+    )
+    assert points == sorted(points, reverse=True) and len(set(points)) == len(points)
+    # and each kind follows its own setting
+    assert karma.karma_for("operative", {**s, "operative_karma": 7}) == 7
 
 
 def test_select_of_nothing_is_nothing():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
+import httpx2
 import pytest
 
 from daemon.http_pools import SpreadTransport
@@ -20,7 +20,7 @@ def connections(transport: SpreadTransport) -> list[int]:
 def test_one_request_at_a_time_reuses_one_warm_connection(backend):
     async def go():
         transport = SpreadTransport(pools=4)
-        async with httpx.AsyncClient(transport=transport) as client:
+        async with httpx2.AsyncClient(transport=transport) as client:
             for _ in range(5):
                 r = await client.post(backend.url + "/chat/completions", json=BODY)
                 assert r.json()["choices"][0]["message"]["content"] == "ok"
@@ -37,7 +37,7 @@ def test_concurrent_requests_spread_over_the_pools(backend):
 
     async def go():
         transport = SpreadTransport(pools=4, max_connections=8, keepalive=8)
-        async with httpx.AsyncClient(transport=transport, timeout=10) as client:
+        async with httpx2.AsyncClient(transport=transport, timeout=10) as client:
 
             async def watch():
                 await asyncio.sleep(0.15)
@@ -59,7 +59,7 @@ def test_slots_are_freed_by_streams_and_failures(backend):
 
     async def go():
         transport = SpreadTransport(pools=2)
-        async with httpx.AsyncClient(transport=transport) as client:
+        async with httpx2.AsyncClient(transport=transport) as client:
             stream_body = {**BODY, "stream": True}
             async with client.stream(
                 "POST", backend.url + "/chat/completions", json=stream_body
@@ -70,7 +70,7 @@ def test_slots_are_freed_by_streams_and_failures(backend):
             assert transport.busy == [0, 0]
             url = backend.url
             backend.stop()
-            with pytest.raises(httpx.ConnectError):
+            with pytest.raises(httpx2.ConnectError):
                 await client.post(url + "/chat/completions", json=BODY)
             assert transport.busy == [0, 0]
 

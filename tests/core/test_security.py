@@ -20,7 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.daemons import ROOT, free_port, plugin_module
+from daemon.guard import FOREIGN_PAGE, NEEDS_TOKEN
+from tests.daemons import IN_PROCESS, ROOT, free_port, plugin_module
 from tests.fake_backend import Reply
 
 TOKEN = "correct-horse-battery-staple"
@@ -56,7 +57,7 @@ def guarded(make_client):
 
     pm = load_plugins({"dali"})
     pm.register(plugin_module("secplug", PLUGIN_ROUTES), name="secplug")
-    return make_client(pm=pm, token=TOKEN)
+    return make_client(pm=pm, token=TOKEN, peer=False)  # as bound beyond loopback
 
 
 @pytest.mark.parametrize(
@@ -95,9 +96,9 @@ def test_every_route_but_healthz_needs_the_token(guarded, backend, auth):
             assert r.status_code == 200
             continue
         assert r.status_code == 401, (method, path, r.status_code)
-        assert r.json()["error"] == (
-            "A valid token is required: send Authorization: Bearer <token>."
-        )
+        assert r.headers["www-authenticate"] == 'Bearer realm="lmd"'
+        said = r.text.strip() if path == "/v1" else r.json()["error"]
+        assert said == NEEDS_TOKEN
     # A token in the query string is not a token.
     assert guarded.post(f"/v1?token={TOKEN}", content="dali hi").status_code == 401
     assert backend.chat_requests == []  # nothing got through to the model
@@ -136,19 +137,26 @@ def test_the_right_token_opens_every_route(guarded, backend):
             "This daemon answers only requests addressed to localhost.",
         ),
         ({"Host": "localhost:evil"}, "This daemon answers only requests addressed to localhost."),
-        ({"Origin": "http://evil.example"}, "Cross-origin requests from web pages are refused."),
+        ({"Origin": "http://evil.example"}, FOREIGN_PAGE),
         (
             {"Origin": "https://localhost.evil.example"},
-            "Cross-origin requests from web pages are refused.",
+            FOREIGN_PAGE,
         ),
         # A sandboxed iframe or a file: page sends "Origin: null"; it is still a web page.
-        ({"Origin": "null"}, "Cross-origin requests from web pages are refused."),
+        ({"Origin": "null"}, FOREIGN_PAGE),
+        # A page on another loopback port (any local dev server) is another origin.
+        ({"Origin": "http://localhost:3000"}, FOREIGN_PAGE),
+        ({"Origin": "http://127.0.0.1:8421"}, FOREIGN_PAGE),
+        ({"Origin": "https://127.0.0.1:8420"}, FOREIGN_PAGE),
+        ({"Sec-Fetch-Site": "cross-site"}, FOREIGN_PAGE),
+        ({"Sec-Fetch-Site": "same-site"}, FOREIGN_PAGE),
     ],
 )
 def test_dns_rebinding_and_cross_origin_requests_are_refused(client, backend, headers, sentence):
     for method, path in [("POST", "/v1"), ("GET", "/settings"), ("PUT", "/settings/max_tokens")]:
         r = client.request(method, path, headers=headers, content="9")
-        assert r.status_code == 403 and r.json()["error"] == sentence, (method, path, headers)
+        said = r.text.strip() if path == "/v1" else r.json()["error"]  # /v1: plain, for voice
+        assert r.status_code == 403 and said == sentence, (method, path, headers)
     assert backend.chat_requests == []
     assert client.get("/settings/max_tokens").json()["value"] == 3500
 
@@ -160,8 +168,11 @@ def test_dns_rebinding_and_cross_origin_requests_are_refused(client, backend, he
         {"Host": "localhost"},
         {"Host": "[::1]:8420"},
         {"Host": "LOCALHOST:8420"},
-        {"Host": "127.0.0.1:8420", "Origin": "http://localhost:3000"},
         {"Host": "127.0.0.1:8420", "Origin": "http://127.0.0.1:8420"},
+        {"Host": "127.0.0.1:8420", "Origin": "http://localhost:8420"},
+        {"Host": "localhost:8420", "Origin": "http://[::1]:8420", "Sec-Fetch-Site": "cross-site"},
+        {"Host": "127.0.0.1:8420", "Sec-Fetch-Site": "same-origin"},
+        {"Host": "127.0.0.1:8420", "Sec-Fetch-Site": "none"},
     ],
 )
 def test_loopback_hosts_and_origins_are_served(client, backend, headers):
@@ -188,7 +199,7 @@ def test_non_loopback_bind_without_a_token_is_refused(home, bind):
     assert done.returncode == 2
     host = bind.strip("[]")
     assert f"Refusing to listen on {host} without a token" in done.stderr
-    assert "Set LMD_TOKEN or pass --token, or bind to 127.0.0.1." in done.stderr
+    assert "Set LMD_TOKEN or pass --token-file FILE, or bind to 127.0.0.1." in done.stderr
 
 
 def test_non_loopback_bind_with_a_token_serves_only_with_it(home, tmp_path):
@@ -311,7 +322,9 @@ def test_database_files_are_private(tmp_path, backend):
     old = os.umask(0o022)  # a typical umask that would leave files world-readable
     try:
         home = tmp_path / "fresh" / "lmd"
-        with TestClient(create_app(home=home), base_url="http://127.0.0.1:8420") as c:
+        with TestClient(
+            create_app(home=home, peer_check=IN_PROCESS), base_url="http://127.0.0.1:8420"
+        ) as c:
             c.app.state.daemon.store.set_setting("openai_chat_endpoint", backend.url)
             backend.queue("noted")
             assert c.post("/v1", content="dali my secret plan").status_code == 200
@@ -347,8 +360,14 @@ def _guard_status(host: str | None, origin: str | None = None) -> int:
     async def receive():
         return {"type": "http.request", "body": b"", "more_body": False}
 
-    scope = {"type": "http", "path": "/v1", "headers": headers}
-    asyncio.run(Guard(app, None, True)(scope, receive, send))
+    scope = {
+        "type": "http",
+        "path": "/v1",
+        "method": "POST",
+        "headers": headers,
+        "server": ("127.0.0.1", 8420),
+    }
+    asyncio.run(Guard(app, None, None, True, lambda scope: True)(scope, receive, send))
     return sent[0]["status"]
 
 
@@ -375,13 +394,23 @@ def test_guard_accepts_only_loopback_host_names(host):
         assert status == 403
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=40))
-def test_guard_accepts_only_loopback_origins(origin):
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(
+        st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=40),
+        st.builds(
+            lambda a, b: a + b,
+            st.sampled_from(
+                ["http://127.0.0.1:8420", "http://localhost:8420", "http://[::1]:8420", "HTTP://"]
+            ),
+            st.text(alphabet=":/.@-0123456789abclocalhost", max_size=10),
+        ),
+    )
+)
+def test_guard_accepts_only_the_daemons_own_origin(origin):
     status = _guard_status("127.0.0.1:8420", origin)
-    if status == 200:
-        host = origin.split("://", 1)[-1].split("/", 1)[0]
-        assert LOOPBACK_HOST.fullmatch(host.strip()), origin
+    own = {"http://127.0.0.1:8420", "http://localhost:8420", "http://[::1]:8420"}
+    assert (status == 200) == (origin.strip().lower() in own), origin
 
 
 def test_credentials_in_the_endpoint_url_are_not_shown(make_client):

@@ -98,13 +98,27 @@ def test_database_lives_in_home_with_wal(live, home, backend):
     assert (home / "lmd.db").exists() and (home / "lmd.db-wal").exists()
 
 
-def test_token_required_with_a_token(live, backend):
-    d = live(args=["--token", "abc"])
+def test_token_on_the_command_line_is_refused(home):
+    r = subprocess.run(
+        [sys.executable, "-m", "daemon.cli", "serve", "--home", str(home), "--token", "abc"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+    )
+    assert r.returncode == 2
+    assert r.stderr.startswith("--token is refused: a command line is visible to every user")
+    assert "--token-file FILE, or set LMD_TOKEN" in r.stderr
+
+
+def test_token_required_without_peer_auth(live, backend):
+    token = "abc-0123456789-xyz"
+    d = live(env={"LMD_TOKEN": token}, args=["--no-peer-auth"])
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(urllib.request.Request(d.url + "/v1", data=b"hi", method="POST"))
     assert e.value.code == 401
     ok = urllib.request.Request(
-        d.url + "/v1", data=b"hi", method="POST", headers={"Authorization": "Bearer abc"}
+        d.url + "/v1", data=b"hi", method="POST", headers={"Authorization": f"Bearer {token}"}
     )
     assert urllib.request.urlopen(ok).read() == b"ok\n"
     assert urllib.request.urlopen(d.url + "/healthz").status == 200

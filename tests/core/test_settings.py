@@ -132,7 +132,7 @@ def test_http_bad_values_and_unknown_names(client):
     r = client.put(
         "/settings/max_tokens", content="{", headers={"content-type": "application/json"}
     )
-    assert r.status_code == 400 and "malformed" in r.json()["error"]
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]
 
 
 # -- over the CLI ---------------------------------------------------------------------------

@@ -85,3 +85,38 @@ def test_concurrent_processes_never_lose_a_row(tmp_path):
             )
         ]
         assert rows == [f"w{k}-{i}" for i in range(200)]
+
+
+def test_prompts_promoted_before_operative_karma_are_raised_to_it(tmp_path):
+    """A database from before operative_karma: promoted prompts hold contextual_karma (2500),
+    below instructive_karma. The migration raises them; a row worth more keeps its points."""
+    path = tmp_path / "lmd.db"
+    old = sqlite3.connect(path)
+    old.executescript(
+        """CREATE TABLE _lmd_migrations (name TEXT PRIMARY KEY, applied_at REAL);
+        INSERT INTO _lmd_migrations VALUES ('core:m001_prompts', 0), ('core:m002_sessions', 0);
+        CREATE TABLE prompts (id INTEGER PRIMARY KEY, session TEXT NOT NULL, role TEXT NOT NULL,
+            content TEXT NOT NULL, tokens INTEGER NOT NULL, karma REAL NOT NULL,
+            kind TEXT NOT NULL DEFAULT 'default', mode TEXT, created_at REAL NOT NULL,
+            status TEXT NOT NULL DEFAULT 'ok', meta TEXT NOT NULL DEFAULT '{}');
+        CREATE TABLE sessions (name TEXT PRIMARY KEY, mode TEXT, cwd TEXT, pending TEXT,
+            state TEXT NOT NULL DEFAULT '{}', last_active REAL NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL DEFAULT 0);
+        CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO prompts (session, role, content, tokens, karma, kind, created_at) VALUES
+            ('s', 'user', 'promoted', 1, 2500, 'operative', 0),
+            ('s', 'user', 'promoted by a generous user', 1, 90000, 'operative', 0),
+            ('s', 'user', 'a done task', 1, 2500, 'contextual', 0),
+            ('s', 'user', 'ordinary', 1, 1000, 'default', 0);"""
+    )
+    old.close()
+    store = Store(path)
+    assert store.migrate() == ["core:m003_operative_karma"]
+    rows = [(p.content, p.kind, p.karma) for p in store.history("s")]
+    assert rows == [
+        ("promoted", "operative", 25000),
+        ("promoted by a generous user", "operative", 90000),
+        ("a done task", "contextual", 2500),
+        ("ordinary", "default", 1000),
+    ]
+    assert store.stored_settings()["operative_karma"] == "25000"

@@ -12,7 +12,7 @@ import pytest
 import schemathesis
 from schemathesis import checks
 
-from tests.daemons import configure, plugin_module
+from tests.daemons import IN_PROCESS, configure, plugin_module
 
 from .conftest import HOST, fuzz
 
@@ -104,7 +104,7 @@ def test_openapi_describes_core_and_plugin_routes(make_client):
 
 
 def test_openapi_declares_bearer_security_when_a_token_is_set(make_client):
-    client = make_client(token="s3cret-token")
+    client = make_client(token="s3cret-token", peer=False)
     assert client.get("/openapi.json").status_code == 401
     spec = client.get("/openapi.json", headers={"Authorization": "Bearer s3cret-token"}).json()
     assert spec["security"] == [{"bearer": []}]
@@ -117,7 +117,7 @@ def test_schemathesis_finds_no_server_errors(home, backend, tmp_path):
 
     seen = collections.Counter()
     started = time.monotonic()
-    spec_app = create_app(home=home, pm=plugin_pm())
+    spec_app = create_app(home=home, pm=plugin_pm(), peer_check=IN_PROCESS)
     operations = [
         r.ok()
         for r in schemathesis.openapi.from_asgi(
@@ -128,7 +128,7 @@ def test_schemathesis_finds_no_server_errors(home, backend, tmp_path):
     for i, op in enumerate(operations):
         op_home = tmp_path / f"op{i}"
         configure(op_home, openai_chat_endpoint=backend.url, openai_model="m", llm_max_retries=0)
-        op.schema.app = create_app(home=op_home, pm=plugin_pm())
+        op.schema.app = create_app(home=op_home, pm=plugin_pm(), peer_check=IN_PROCESS)
         excluded = []
         if (op.method == "put" and op.path == "/settings/{name}") or op.definition.raw.get(
             "x-lmd-undocumented"
@@ -165,7 +165,9 @@ def test_deeply_nested_json_setting_value_is_400(client):
         headers={"Content-Type": "application/json"},
     )
     assert r.status_code == 400
-    assert r.json()["error"] == 'The JSON body is malformed; send {"value": ...}.'
+    assert r.json()["error"] == (
+        'The request body is not valid JSON (it is nested too deeply); send {"value": ...}.'
+    )
 
 
 def test_unexpected_failure_is_a_sentence_not_html(home):
@@ -191,7 +193,7 @@ def register_routes(register):
         ),
         name="breaks",
     )
-    app = create_app(home=home, pm=pm)
+    app = create_app(home=home, pm=pm, peer_check=IN_PROCESS)
     # The server's view: exceptions become responses instead of propagating into the test.
     with TestClient(app, base_url="http://127.0.0.1:8420", raise_server_exceptions=False) as c:
         r = c.get("/breaks")
@@ -217,7 +219,8 @@ def test_protected_setting_cannot_change_over_http_without_a_token(make_client, 
         assert r.status_code == 403
         assert r.json()["error"] == (
             "The setting fuzzplug_approval is protected: change it with "
-            "`lmd settings set fuzzplug_approval ...`, or run the daemon with a token."
+            "`lmd settings set fuzzplug_approval ...`, or send the daemon's token with the "
+            "request (lmd say sends it by itself)."
         )
     row = client.get("/settings/fuzzplug_approval").json()
     assert row["value"] is True and row["protected"] is True and row["source"] == "default"
@@ -227,7 +230,14 @@ def test_protected_setting_cannot_change_over_http_without_a_token(make_client, 
 
 def test_protected_setting_changes_with_the_token(make_client):
     client = make_client(pm=plugin_pm(), token="tok-123456")
-    assert client.put("/settings/fuzzplug_approval", content="false").status_code == 401
+    # The owner's own process without the token: not enough for a protected setting.
+    assert client.put("/settings/fuzzplug_approval", content="false").status_code == 403
+    assert (
+        client.put(
+            "/settings/fuzzplug_approval", content="false", headers={"Authorization": "Bearer x"}
+        ).status_code
+        == 403
+    )
     auth = {"Authorization": "Bearer tok-123456"}
     r = client.put("/settings/fuzzplug_approval", content="false", headers=auth)
     assert r.status_code == 200 and r.json()["value"] is False

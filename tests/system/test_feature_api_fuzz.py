@@ -10,7 +10,7 @@ import pytest
 import schemathesis
 from schemathesis import checks
 
-from tests.daemons import configure
+from tests.daemons import IN_PROCESS, configure
 from tests.plugins.selectit.conftest import dist_reply
 
 from .conftest import HOST, fuzz
@@ -53,7 +53,7 @@ def test_schemathesis_on_feature_routes(home, backend, tmp_path):
     ops = [
         r.ok()
         for r in schemathesis.openapi.from_asgi(
-            "/openapi.json", create_app(home=home), headers=HOST
+            "/openapi.json", create_app(home=home, peer_check=IN_PROCESS), headers=HOST
         ).get_all_operations()
     ]
     ops = [op for op in ops if (op.method.upper(), op.path) in FEATURE_ROUTES]
@@ -67,7 +67,7 @@ def test_schemathesis_on_feature_routes(home, backend, tmp_path):
             llm_max_retries=0,
             llm_timeout_secs=2,
         )
-        op.schema.app = create_app(home=op_home)
+        op.schema.app = create_app(home=op_home, peer_check=IN_PROCESS)
         excluded = [checks.positive_data_acceptance] if op.path in LOOSE else []
         fuzz(op, seen, excluded=excluded, examples=25)
     took = time.monotonic() - started
@@ -86,7 +86,9 @@ def test_schemathesis_on_feature_routes(home, backend, tmp_path):
         assert route in ok, f"{route} never answered 200 to a generated request"
     from starlette.testclient import TestClient
 
-    with TestClient(create_app(home=tmp_path / "op0"), base_url="http://127.0.0.1:8420") as c:
+    with TestClient(
+        create_app(home=tmp_path / "op0", peer_check=IN_PROCESS), base_url="http://127.0.0.1:8420"
+    ) as c:
         r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "7"
         assert c.get("/v1/models/lmd-dali").json()["id"] == "lmd-dali"

@@ -124,7 +124,7 @@ def test_missing_database_is_only_a_warning(tmp_path):
 
 def test_open_bind_without_token(home):
     done = doctor(home, "--offline", LMD_BIND="0.0.0.0:8420")
-    assert done.returncode == 1 and "LMD_TOKEN is not set" in done.stdout
+    assert done.returncode == 1 and "neither LMD_TOKEN nor LMD_TOKEN_FILE is set" in done.stdout
     done = doctor(home, "--offline", "--json", LMD_BIND="0.0.0.0:8420", LMD_TOKEN="short")
     assert done.returncode == 0 and findings(done)["bind"]["status"] == "warn"
     done = doctor(home, "--offline", LMD_BIND="nonsense:port")

@@ -4,6 +4,10 @@ malformed body answered with an OpenAI-style 400."""
 from __future__ import annotations
 
 import json
+import signal
+import threading
+import urllib.error
+import urllib.request
 
 import openai
 import pytest
@@ -12,6 +16,8 @@ from daemon.errors import LmdError
 from daemon.hookspecs import hookimpl
 from daemon.modes import Mode
 from daemon.plugins import load_plugins
+from daemon.turn import SHUTDOWN_SENTENCE
+from tests.daemons import configure, wait_for
 from tests.fake_backend import Reply
 
 
@@ -119,6 +125,73 @@ def test_x_cwd_sets_the_session_directory(client, backend, tmp_path):
     assert backend.chat_requests[-1]["messages"][-1]["content"] == "where am I"
 
 
+@pytest.mark.parametrize("cwd", ["/tmp\x00/etc", "\x00", "relative\x00/dir"])
+def test_x_cwd_with_a_nul_is_refused_with_a_sentence(client, backend, cwd):
+    """The same check as /v1's: a NUL never reaches the session (or, later, a command)."""
+    r = client.post(
+        "/v1/chat/completions",
+        json={"messages": user("x")},
+        headers={"X-Cwd": cwd, "X-Session": "nul-cwd"},
+    )
+    assert r.status_code == 400
+    assert r.json()["error"] == {
+        "message": "The X-Cwd header must be an absolute path.",
+        "type": "invalid_request_error",
+        "param": "X-Cwd",
+        "code": None,
+    }
+    assert backend.chat_requests == []
+    assert client.app.daemon.store.session("nul-cwd").cwd in (None, "")
+
+
+def test_shutdown_cuts_a_plain_chat_completion_with_a_sentence(home, backend, live):
+    """A non-streamed /v1/chat/completions turn is in flight like one on /v1: when shutdown's
+    grace runs out both are cut, and each client hears the shutdown sentence in its format."""
+    configure(home, shutdown_grace_secs=1)
+    d = live()
+    backend.handler = lambda body: Reply("too late", delay=8)
+    results: dict = {}
+
+    def post(name: str, path: str, body: bytes) -> None:
+        req = urllib.request.Request(
+            d.url + path,
+            data=body,
+            headers={"Accept": "application/json", "Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                results[name] = (r.status, json.loads(r.read()))
+        except urllib.error.HTTPError as e:
+            results[name] = (e.code, json.loads(e.read()))
+
+    chat = json.dumps({"model": "lmd", "messages": user("take your time"), "user": "c"})
+    plain = json.dumps({"input": "dali take yours too", "session": "p"})
+    threads = [
+        threading.Thread(target=post, args=("chat", "/v1/chat/completions", chat.encode())),
+        threading.Thread(target=post, args=("v1", "/v1", plain.encode())),
+    ]
+    for t in threads:
+        t.start()
+    assert wait_for(lambda: len(backend.chat_requests) == 2, 10)
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(15) == 0, d.output()
+    for t in threads:
+        t.join(15)
+    assert results["chat"] == (
+        503,
+        {
+            "error": {
+                "message": SHUTDOWN_SENTENCE,
+                "type": "server_error",
+                "param": None,
+                "code": None,
+            }
+        },
+    )
+    assert results["v1"] == (503, {"error": SHUTDOWN_SENTENCE, "kind": "error", "status": 503})
+
+
 def test_unknown_model_is_not_found(oai, backend):
     with pytest.raises(openai.NotFoundError) as e:
         oai.chat.completions.create(model="gpt-4o", messages=user("hi"))
@@ -154,7 +227,9 @@ def test_backend_failure_is_an_openai_error(oai, backend):
 
 
 def test_token_is_the_api_key(live, backend):
-    d = live(args=["--token", "a-long-secret-token-1234"])
+    """Where the kernel cannot vouch for the client (bound beyond loopback, macOS), the token
+    is the API key."""
+    d = live(env={"LMD_TOKEN": "a-long-secret-token-1234"}, args=["--no-peer-auth"])
     good = openai.OpenAI(base_url=d.url + "/v1", api_key="a-long-secret-token-1234", max_retries=0)
     backend.queue("fine")
     assert good.chat.completions.create(model="lmd", messages=user("hi")).choices[0].message

@@ -55,7 +55,7 @@ def env_for(url: str, tmp_path: Path, bin_dir: Path) -> dict:
 
 def test_python_voice_client(live, backend, tmp_path):
     (script,) = [b for b in page_blocks("python") if "espeak-ng" in b]
-    assert len(script.strip().splitlines()) <= 22
+    assert len(script.strip().splitlines()) <= 23
     (tmp_path / "voice.py").write_text(script)
     d = live(env=ONLY)
     backend.queue("## Forecast\n- **Sunny**, 22 degrees", "Second answer.")

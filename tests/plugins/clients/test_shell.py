@@ -195,3 +195,13 @@ def test_fish_functions_against_live_daemon(live, backend, tmp_path):
     done = run_shell("fish", script, tmp_path, shell_env(d.url, tmp_path))
     assert done.stdout == "fish answer\nexit=0\n", done.stderr
     assert backend.chat_requests[-1]["messages"][-1]["content"] == "hello from fish"
+
+
+@pytest.mark.parametrize("cwd", ["relative/dir", "/tmp%00/x", "%00"])
+def test_propose_refuses_a_bad_working_directory(client, backend, cwd):
+    """The same check as /v1's (a NUL in ?cwd= arrives over real HTTP too)."""
+    r = client.post(f"/v1/propose?cwd={cwd}", content=b"list big files", headers={"X-Session": "p"})
+    assert r.status_code == 400
+    assert r.json()["error"] == "The working directory must be an absolute path."
+    assert backend.chat_requests == []
+    assert client.app.daemon.store.session("p").cwd in (None, "")

@@ -96,6 +96,33 @@ def test_focus_on_a_function_by_name_and_a_file_found_by_its_base_name(cobol, re
     assert elsewhere.say("cobol focus")["reply"].startswith("Nothing is in focus yet.")
 
 
+def test_the_current_focus_is_instructive_until_another_replaces_it(cobol, backend):
+    def kinds() -> list[tuple[str, str, float]]:
+        rows = cobol.client.get("/history", params={"session": "code", "limit": 50}).json()
+        return [(r["content"][:24], r["kind"], r["karma"]) for r in rows["prompts"]]
+
+    cobol.say("cobol focus on calc.py lines 4 to 5")
+    assert kinds() == [
+        ("focus on calc.py lines 4", "instructive", 10000),
+        ("Focused on calc.py, line", "instructive", 10000),
+    ]
+    cobol.say("cobol what is the focus")  # asking about it changes nothing
+    cobol.say("cobol focus on calc.py lines 8 to 12")
+    assert kinds() == [
+        ("focus on calc.py lines 4", "decorative", 500),
+        ("Focused on calc.py, line", "decorative", 500),
+        ("what is the focus", "default", 1000),
+        ("The focus is calc.py, li", "default", 1000),
+        ("focus on calc.py lines 8", "instructive", 10000),
+        ("Focused on calc.py, line", "instructive", 10000),
+    ]
+    # a dali question in the same session gets the focus in its context
+    backend.queue("You are on parse_header.")
+    cobol.say("dali which code am I working on")
+    sent = "\n".join(m["content"] for m in backend.chat_requests[-1]["messages"])
+    assert "Focused on calc.py, lines 8–12 (function parse_header)." in sent
+
+
 # -- rewrite --------------------------------------------------------------------------------
 def test_rewrite_applies_the_models_diff_and_says_what_changed(cobol, backend, repo):
     cobol.say("cobol focus on calc.py lines 8 to 12")
@@ -242,7 +269,7 @@ def test_compile_and_fix_with_pytest_as_the_build(make_client, monkeypatch, back
     monkeypatch.setenv("LMD_MARAT_APPROVAL", "never")
     test = "import calc\n\n\ndef test_add():\n    assert calc.add(2, 3) == 5\n"
     repo = make_repo(tmp_path / "pytested", {"test_calc.py": test})
-    pytest_build = f"{sys.executable} -m pytest -q -p no:cacheprovider"
+    pytest_build = f"{sys.executable} -B -m pytest -q -p no:cacheprovider"  # no .pyc files
     cobol = Cobol(make_client(cobol_build_command=pytest_build), repo)
     out = cobol.say("cobol compile")
     assert (

@@ -324,7 +324,7 @@ def test_answer_failure_is_resumable(arena, home, backend):
     result = lmd(
         home, "elo", "answer", str(d / "questions.csv"), "-m", "alpha-7b", "-o", str(d / "qa.csv")
     )
-    assert result.exit_code == 1 and "1 questions got no answer" in result.stderr
+    assert result.exit_code == 1 and "1 question got no answer" in result.stderr
     rows = read_csv(d / "qa.csv")
     assert [r["alpha-7b"] != "" for r in rows] == [True, False, True]
     backend.handler = arena_handler()
@@ -659,7 +659,7 @@ def test_bad_options(tmp_path, home):
     qa = write_csv(tmp_path / "qa.csv", ["question", "x", "y"], [["q", "ans", ""]])
     fails(
         lmd(home, "elo", "judge", str(battles), "--qa", str(qa), "-o", str(tmp_path / "j.csv")),
-        "1 battles lack an answer (first at line 2",
+        "1 battle lacks an answer (first at line 2",
     )
 
 
@@ -737,7 +737,7 @@ def test_arrange_shuffle_and_order_from(tmp_path, home):
     result = lmd(
         home, "elo", "arrange", str(qa), "--order-from", str(theirs), "-o", str(tmp_path / "o.csv")
     )
-    assert result.exit_code == 0 and "1 battles of" in result.stderr and "line 4" in result.stderr
+    assert result.exit_code == 0 and "1 battle of" in result.stderr and "line 4" in result.stderr
     got = [tuple(r.values()) for r in read_csv(tmp_path / "o.csv")]
     assert got[:2] == [("q2", "d", "c"), ("q1", "b", "a")] and len(got) == 9
     assert got[2:] == [p for p in plain if p not in (("q2", "c", "d"), ("q1", "a", "b"))]

@@ -6,15 +6,13 @@ that is impossible). A screenshot is saved as tests/artifacts/elo_page.png.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.daemons import ROOT
+from tests.daemons import ROOT, apt_tool
 
 from .conftest import lmd
 
@@ -37,19 +35,7 @@ CONSOLE = re.compile(r"CONSOLE|Uncaught", re.I)
 
 
 def find_chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found:
-        return found
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        pytest.skip("chromium is not installed and cannot be installed here (needs root + apt)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-        if done.returncode != 0:
-            pytest.skip(
-                f"could not install chromium ({' '.join(cmd)} failed): {done.stderr[-300:]}"
-            )
-    return shutil.which("chromium") or pytest.skip("chromium installed but not on PATH")
+    return apt_tool("chromium")
 
 
 @pytest.fixture(scope="module")

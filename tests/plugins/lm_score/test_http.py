@@ -163,21 +163,80 @@ def test_live_daemon_route_and_LM_SCORE(live, backend, home):  # noqa: N802
     assert out.exit_code == 1 and "The question is empty" in out.stderr
 
 
-def test_original_env_keys_send_scoring_to_a_separate_backend(make_client, backend, monkeypatch):
+def test_lmd_env_names_send_scoring_to_a_separate_backend(make_client, backend, monkeypatch):
+    """The daemon reads no .env and ignores generic names (SERVER_URL, MODEL, API_TOKEN ...):
+    LMD_LM_SCORE_* choose another scoring backend, which gets OPENAI_API_KEY as configured."""
     from tests.fake_backend import FakeBackend
 
-    with FakeBackend() as scoring:
+    with FakeBackend() as scoring, FakeBackend() as generic:
         scoring.queue("9")
-        monkeypatch.setenv("SERVER_URL", scoring.url)
-        monkeypatch.setenv("API_TOKEN", "sk-scoring")
-        monkeypatch.setenv("MODEL", "qwen3-scorer")
-        monkeypatch.setenv("THINKING", "f")
+        monkeypatch.setenv("SERVER_URL", generic.url)  # ignored
+        monkeypatch.setenv("API_TOKEN", "sk-generic")  # ignored
+        monkeypatch.setenv("MODEL", "generic-model")  # ignored
+        monkeypatch.setenv("LMD_LM_SCORE_ENDPOINT", scoring.url)
+        monkeypatch.setenv("LMD_LM_SCORE_MODEL", "qwen3-scorer")
+        monkeypatch.setenv("LMD_LM_SCORE_THINKING", "f")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-configured")
         client = make_client()
         r = client.post("/lm_score", json=INVOICE)
         assert r.status_code == 200 and r.json()["score"] == 9
         assert r.json()["model"] == "qwen3-scorer"
         [sent] = scoring.requests
         headers = {k.lower(): v for k, v in sent.headers.items()}
-        assert headers["authorization"] == "Bearer sk-scoring"
+        assert headers["authorization"] == "Bearer sk-configured"
         assert sent.body["model"] == "qwen3-scorer" and sent.body["continue_final_message"]
-        assert backend.requests == []  # the daemon's own backend was not used
+        assert backend.requests == [] and generic.requests == []
+
+
+@pytest.mark.parametrize(
+    "where,names",
+    [
+        ("dotenv", "SERVER_URL in the .env file"),  # `lmd score` (the daemon reads no .env)
+        ("table", "lm_score_endpoint"),
+        ("lmd-env", "LMD_LM_SCORE_ENDPOINT"),
+    ],
+)
+def test_an_unreachable_scoring_backend_is_named_by_what_set_it(
+    make_client, backend, monkeypatch, tmp_path, where, names
+):
+    """Issue 14: with SERVER_URL unreachable the error named openai_chat_endpoint."""
+    from tests.daemons import free_port
+
+    down = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    monkeypatch.chdir(tmp_path)
+    settings = {}
+    expected = (
+        f"I could not reach the scoring model at {down}; check that it is running and that "
+        f"{names} is right."
+    )
+    if where == "dotenv":
+        from click.testing import CliRunner
+
+        from daemon.cli import cli
+
+        (tmp_path / ".env").write_text(f"SERVER_URL={down}\n")
+        home = make_client().app.daemon.home
+        done = CliRunner().invoke(cli, ["score", "x", "Is it?", "--home", str(home)])
+        assert done.exit_code == 1 and done.stderr.endswith(expected + "\n")
+        assert backend.requests == []
+        return
+    elif where == "table":
+        settings["lm_score_endpoint"] = down
+    else:
+        monkeypatch.setenv("LMD_LM_SCORE_ENDPOINT", down)
+    client = make_client(**settings)
+    r = client.post("/lm_score", json=INVOICE)
+    assert r.status_code == 502
+    assert r.json()["error"] == expected
+    assert "openai_chat_endpoint" not in r.text and backend.requests == []
+
+
+def test_an_unreachable_daemon_backend_is_still_openai_chat_endpoint(make_client, backend):
+    from tests.daemons import free_port
+
+    down = f"http://127.0.0.1:{free_port()}/v1"
+    client = make_client(openai_chat_endpoint=down)
+    r = client.post("/lm_score", json=INVOICE)
+    assert r.status_code == 502 and r.json()["error"].endswith(
+        "check that it is running and that openai_chat_endpoint is right."
+    )

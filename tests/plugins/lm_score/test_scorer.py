@@ -4,7 +4,9 @@ against the real fake backend, asserting the request bodies it received."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from daemon.errors import LmdError
 from daemon.settings import SettingError, Settings
 from plugins.lm_score.aggregate import aggregate, average, majority
 from plugins.lm_score.cache import ScoreCache, m001_cache
-from plugins.lm_score.config import SETTINGS, resolve
+from plugins.lm_score.config import SETTINGS, read_dotenv, resolve
 from plugins.lm_score.logprob import expected_score, score_value
 from plugins.lm_score.parse import parse_score, strip_thinking
 from plugins.lm_score.prompt import THINK_PREFILL, build_prompt, content_text, prompt_for
@@ -64,7 +66,13 @@ def test_non_text_contents_become_text_in_a_documented_way():
     assert content_text(None) == ""
     assert content_text(True) == "true"
     assert content_text(b"caf\xc3\xa9 \xff") == "café \ufffd"
-    assert content_text(["a", 1]) == '["a", 1]'
+    # compact JSON, no spaces, exactly as SQLite's json() writes the same value
+    assert content_text(["a", 1]) == '["a",1]'
+    assert content_text({"k": [1, 2.5, None], "é": "x"}) == '{"k":[1,2.5,null],"é":"x"}'
+    sqlite = sqlite3.connect(":memory:")
+    for value in (["a", 1], {"k": [1, 2.5, None], "é": "x"}):
+        spaced = json.dumps(value, ensure_ascii=False)  # Python's default puts spaces in
+        assert content_text(value) == sqlite.execute("SELECT json(?)", [spaced]).fetchone()[0]
     assert build_prompt([None, 5, b"x"], "q?").split("Content: \n")[1].startswith("\n5\nx\n\n")
 
 
@@ -465,30 +473,57 @@ def test_spec_spellings_are_accepted():
         spec["lm_score_aggregation"].parse("median")
 
 
-def test_precedence_lmd_env_over_original_env_over_dotenv_over_table(tmp_path):
+def test_precedence_lmd_env_over_dotenv_over_table(tmp_path):
     (tmp_path / ".env").write_text(
         "# the original project's .env\nENSEMBLE=t\nAGGREGATION='avg'\nTHINKING=f\n"
         "SERVER_URL=http://10.0.0.5:8080/v1\nAPI_TOKEN=sk-dotenv\nMODEL=qwen3-8b\n"
     )
+    dotenv = read_dotenv(tmp_path / ".env")
     stored = {"lm_score_ensemble": "false", "openai_chat_endpoint": "http://127.0.0.1:1/v1"}
-    env: dict = {}
-    cfg = resolve(_settings(stored, env), env, tmp_path)
+    env: dict = {"OPENAI_API_KEY": "sk-mine"}
+    notes: list = []
+    cfg = resolve(_settings(stored, env), env, dotenv, notes)
     assert (cfg.ensemble, cfg.aggregation, cfg.thinking) == (True, "avg", False)
+    # The file's endpoint gets the file's key, never OPENAI_API_KEY.
     assert (cfg.endpoint, cfg.api_key, cfg.model) == (
         "http://10.0.0.5:8080/v1",
         "sk-dotenv",
         "qwen3-8b",
     )
-    env = {"ENSEMBLE": "f", "MODEL": "llama"}
-    cfg = resolve(_settings(stored, env), env, tmp_path)
-    assert (cfg.ensemble, cfg.model) == (False, "llama")
-    env = {"ENSEMBLE": "f", "LMD_LM_SCORE_ENSEMBLE": "true"}
-    assert resolve(_settings(stored, env), env, tmp_path).ensemble is True
+    assert "./.env sets SERVER_URL=http://10.0.0.5:8080/v1." in notes
+    # Generic names in the process environment change nothing.
+    env = {"ENSEMBLE": "f", "MODEL": "llama", "SERVER_URL": "http://evil/v1"}
+    cfg = resolve(_settings(stored, env), env, dotenv)
+    assert (cfg.ensemble, cfg.model, cfg.endpoint) == (True, "qwen3-8b", "http://10.0.0.5:8080/v1")
+    env = {"LMD_LM_SCORE_ENSEMBLE": "false"}
+    assert resolve(_settings(stored, env), env, dotenv).ensemble is False
+    # Without a file (the daemon), the settings decide.
+    cfg = resolve(_settings(stored, {"OPENAI_API_KEY": "sk-mine"}), {"OPENAI_API_KEY": "sk-mine"})
+    assert (cfg.ensemble, cfg.endpoint, cfg.api_key) == (False, "http://127.0.0.1:1/v1", "sk-mine")
+
+
+def test_a_dotenv_without_server_url_keeps_the_users_endpoint_and_key(tmp_path):
+    stored = {"openai_chat_endpoint": "http://h:1/v1"}
+    env = {"OPENAI_API_KEY": "sk-mine"}
+    notes: list = []
+    cfg = resolve(_settings(stored, env), env, {"API_TOKEN": "sk-file", "MODEL": "m"}, notes)
+    assert (cfg.endpoint, cfg.api_key, cfg.model) == ("http://h:1/v1", "sk-mine", "m")
+    assert notes == [
+        "./.env sets MODEL=m.",
+        "API_TOKEN in ./.env is ignored: it goes only to a SERVER_URL from the same file.",
+    ]
+    # A file's SERVER_URL with no API_TOKEN: no key at all, not ours.
+    cfg = resolve(_settings(stored, env), env, {"SERVER_URL": "http://x:2/v1"})
+    assert (cfg.endpoint, cfg.api_key) == ("http://x:2/v1", "sk-no-key-needed")
+    # LMD_LM_SCORE_ENDPOINT (the user's environment) beats the file and gets the user's key.
+    env = {**env, "LMD_LM_SCORE_ENDPOINT": "http://mine:3/v1"}
+    cfg = resolve(_settings(stored, env), env, {"SERVER_URL": "http://x:2/v1", "API_TOKEN": "t"})
+    assert (cfg.endpoint, cfg.api_key) == ("http://mine:3/v1", "sk-mine")
 
 
 def test_defaults_follow_the_daemon_backend(tmp_path):
     stored = {"openai_model": "m1", "openai_chat_endpoint": "http://h:1/v1/chat/completions"}
-    cfg = resolve(_settings(stored), {}, tmp_path)
+    cfg = resolve(_settings(stored), {})
     assert (cfg.model, cfg.endpoint, cfg.method, cfg.ensemble) == (
         "m1",
         "http://h:1/v1",
@@ -498,11 +533,11 @@ def test_defaults_follow_the_daemon_backend(tmp_path):
 
 
 def test_a_bad_original_key_names_itself(tmp_path):
-    with pytest.raises(SettingError, match="ENSEMBLE in the environment: lm_score_ensemble cannot"):
-        resolve(_settings({}, {"ENSEMBLE": "maybe"}), {"ENSEMBLE": "maybe"}, tmp_path)
+    # In the environment the generic name is ignored, bad or not.
+    assert resolve(_settings({}, {"ENSEMBLE": "maybe"}), {"ENSEMBLE": "maybe"}).ensemble is False
     (tmp_path / ".env").write_text("SERVER_URL=ftp://nope\n")
     with pytest.raises(SettingError, match="SERVER_URL in the .env file"):
-        resolve(_settings(), {}, tmp_path)
+        resolve(_settings(), {}, read_dotenv(tmp_path / ".env"))
 
 
 def test_the_same_prompt_scored_at_once_costs_one_call(backend):

@@ -315,6 +315,48 @@ def test_nonsense_every_turn_ends_after_max_thought_loops(make_client, backend):
     assert say(c, "marat try again").json()["reply"] == "Fine now."
 
 
+def test_one_model_turn_is_said_in_the_singular(make_client, backend):
+    c = make_client(max_thought_loops=1)
+    backend.default = Reply("blah blah")
+    reply = say(c, "marat do something").json()["reply"]
+    assert reply.startswith("I stopped after 1 model turn without finishing the task.")
+
+
+# -- instructive: a running task's instruction ---------------------------------------------------
+def test_a_running_tasks_instruction_outlives_its_own_observations(make_client, backend):
+    """Long observations would push a default-karma instruction out of the context while its
+    task still runs; marat marks the instruction instructive until the task ends."""
+    # Score = 10 * karma / distance here (no age or length discount).
+    c = make_client(
+        expiring_created_at_discount=0,
+        len_discount=0,
+        expiring_id_discount=1,
+        max_tokens=1000,
+        marat_approval="never",
+    )
+    backend.queue(action("seq 1000 1400"), action("seq 2000 2400"), final("Counted."))
+    body = say(c, "marat count from a thousand, then from two thousand").json()
+    assert body["reply"].startswith("Counted.")
+    third = messages_text(backend.chat_requests[2])
+    # two ~500-token observations do not both fit in 1000 tokens: the older one goes, the
+    # instruction (distance 4, instructive) stays
+    assert "count from a thousand, then from two thousand" in third
+    assert "2400" in third and "1400" not in third
+    rows = history(c)
+    assert (rows[0]["kind"], rows[0]["karma"]) == ("contextual", 2500)  # after the task
+
+
+def test_the_instruction_is_instructive_while_waiting_and_default_if_dropped(marat, backend):
+    backend.queue(action("touch made.txt"))
+    body = say(marat, "marat make a file").json()
+    assert body["pending"]["command"] == "touch made.txt"
+    instruction = history(marat)[0]
+    assert (instruction["kind"], instruction["karma"]) == ("instructive", 10000)
+    say(marat, "no")
+    instruction = history(marat)[0]
+    assert (instruction["kind"], instruction["karma"]) == ("default", 1000)
+
+
 # -- operative prompts ---------------------------------------------------------------------------
 def test_remember_phrase_endpoint_and_cli_promote(marat, backend, home):
     body = say(marat, "marat remember: my projects live in ~/code").json()
@@ -322,7 +364,7 @@ def test_remember_phrase_endpoint_and_cli_promote(marat, backend, home):
     assert backend.chat_requests == []  # no model call
     rows = by_id(history(marat))
     fact = rows[body["promoted"]]
-    assert fact["kind"] == "operative" and fact["karma"] == 2500
+    assert fact["kind"] == "operative" and fact["karma"] == 25000
     assert fact["content"] == "remember: my projects live in ~/code"
     # "remember that" promotes the last answer.
     backend.queue(final("Your disk is 40 percent full."))
@@ -334,7 +376,7 @@ def test_remember_phrase_endpoint_and_cli_promote(marat, backend, home):
     backend.queue("ok")
     other_id = say(marat, "dali hello", session="s2").json()["prompt_ids"]["user"]
     r = marat.post(f"/history/{other_id}/promote")
-    assert r.json() == {"id": other_id, "kind": "operative", "karma": 2500}
+    assert r.json() == {"id": other_id, "kind": "operative", "karma": 25000}
     assert marat.post("/history/999999/promote").status_code == 404
     reply_id = history(marat, "s2")[-1]["id"]
     from daemon.cli import cli

@@ -1,4 +1,8 @@
-"""The read-only classifier behind `marat_approval = unsafe`: it errs on the side of asking."""
+"""The read-only classifier behind `marat_approval = unsafe`: it errs on the side of asking.
+
+It is advice only (what runs at once runs in the OS sandbox; see tests/core/test_sandbox.py and
+the live corpus in tests/plugins/marat/test_sandbox_corpus.py): these tests pin down what it
+asks about, not what keeps the user safe."""
 
 from __future__ import annotations
 
@@ -36,6 +40,10 @@ READ_ONLY = [
     "git remote -v",
     "git tag --list",
     "git config --get user.name",
+    "ls *.py",
+    "grep '#include' main.c",
+    "cat '$HOME/literal'",
+    "git log --format='%h %s' -5",
 ]
 
 ASKS = [
@@ -78,6 +86,33 @@ ASKS = [
     "awk '{system(\"rm x\")}' f",
     "sed -i s/a/b/ f",
     "python3 -c 'print(1)'",
+    # issue 12: what bash sees and a naive reading does not
+    "ls foo#; touch x",
+    "cat a.txt#;rm -rf sub",
+    "find . -dele{te,te}",
+    "{touch,x}",
+    "find . $'-delete'",
+    'find . $"-delete"',
+    "echo ${x:=a} && touch $x",
+    "x=1; echo ${x@P}",
+    "find . -dele${x}te",
+    "ls$IFS-la",
+    "test -v 'a[$(touch x)]'",
+    "sort -uo out.txt in.txt",
+    "sort --outp=out.txt in.txt",
+    "sort --compress-prog=sh in.txt",
+    "sort -T . in.txt",
+    "sort *",
+    "git grep -Ocat hello",
+    "git grep --open-files-in-pager=cat hello",
+    "git log --outp=x",
+    "git diff --ext",
+    "rg --pre=sh hello",
+    "file -C -m magic",
+    "date --se=2020-01-01",
+    "cat < /dev/tcp/127.0.0.1/80",
+    "echo hi > /dev/udp/127.0.0.1/53",
+    "ls\r-la",
 ]
 
 

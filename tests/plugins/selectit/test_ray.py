@@ -130,7 +130,7 @@ def test_a_dead_worker_is_retried_and_a_failing_sample_named(ray_run):
     assert all(1 <= row["score"] <= 5 for row in read_jsonl(ray_run.out))
     # the sample longer than GPT-2's 1024 positions failed alone, and is named
     assert r.exit_code == 1
-    assert "1 samples could not be scored and are not in" in r.stderr
+    assert "1 sample could not be scored and is not in" in r.stderr
     assert "(first: id 7: IndexError" in r.stderr and "run the same command again" in r.stderr
     meta = json.loads(ray_run.out.with_name("ray.jsonl.meta.json").read_text())
     assert meta["shard"] == "all" and meta["backend"] == "transformers"

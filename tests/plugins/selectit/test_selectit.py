@@ -224,14 +224,96 @@ def test_long_samples_are_cut_to_max_length_keeping_the_cue(home, backend, tmp_p
     backend.handler = lambda body: dist_reply({"4": 1.0})
     rows = [{"instruction": "Summarise.", "output": "word " * 2000}, *alpaca(1)]
     data = write_jsonl(tmp_path / "a.jsonl", rows)
-    r = run_cli(home, data, "-o", tmp_path / "s.jsonl", "--max-length", 64, "--concurrency", 1)
+    out = tmp_path / "s.jsonl"
+    r = run_cli(home, data, "-o", out, "--max-length", 64, "--concurrency", 1, "--details")
     assert r.exit_code == 0, r.stderr
-    assert "1 prompts were longer than max_length 64" in r.stderr
+    assert "1 sample shortened in the middle to fit max_length 64" in r.stderr
     long, short = (q.body["prompt"] for q in backend.requests)
-    assert re.search(r"\nResponse: (word ?)+\nThe answer is:$", long)
-    assert long.startswith(load_templates()[0])
+    assert re.search(r"\nResponse: (word ?)+ \[\.\.\.\] (word ?)+\nThe answer is:$", long)
+    assert long.startswith(load_templates()[0] + "\nInstruction: Summarise.\n")
     assert len(long.encode()) <= 64 * 4  # offline the daemon counts 4 bytes a token
     assert short.endswith("Response: Answer 1 done.\nThe answer is:")
+    cut, whole = read_jsonl(out)
+    assert cut["truncated"] is True and cut["removed_tokens"][0] > 2400
+    assert "truncated" not in whole and "removed_tokens" not in whole
+
+
+@given(
+    instruction=st.text(min_size=1, max_size=3000),
+    response=st.text(min_size=1, max_size=3000),
+    input=st.text(max_size=500),
+    max_length=st.integers(16, 600),
+)
+def test_fitting_keeps_the_frame_or_refuses(instruction, response, input, max_length):
+    """Whatever the texts: the fitted prompt is within max_length and keeps the template, the
+    labels and the answer cue, or the sample is refused (never cut from the end)."""
+    from plugins.selectit.openai_backend import DaemonTokens
+    from plugins.selectit.prompts import TooLong, fit
+
+    tokens = DaemonTokens("estimate-only")  # the tests run with LMD_TOKENIZER=estimate
+    prompt = build_prompt("Rate it from 1 to 5.", instruction, response, input)
+    try:
+        fitted = fit(prompt, max_length, tokens)
+    except TooLong as e:
+        assert f"more than max_length {max_length}" in e.message
+        return
+    assert tokens.count(fitted.text) <= max_length
+    assert fitted.text.startswith("Rate it from 1 to 5.\nInstruction: ")
+    assert "\nResponse: " in fitted.text and fitted.text.endswith("\nThe answer is:")
+    assert ("\nInput: " in fitted.text) == bool(input)
+    assert (fitted.removed > 0) == (fitted is not prompt)
+
+
+def test_a_long_instruction_never_pushes_out_the_response(home, backend, tmp_path):
+    """Issue 14: the prompt was cut from the end, so a long instruction pushed `Response:` out
+    and the sample was rated without its response, unflagged."""
+    backend.handler = lambda body: dist_reply({"4": 1.0})
+    rows = [{"id": 1, "instruction": "word " * 300, "output": "ok"}]
+    data = write_jsonl(tmp_path / "a.jsonl", rows)
+    out = tmp_path / "s.jsonl"
+    r = run_cli(home, data, "-o", out, "--max-length", 64, "--details")
+    assert r.exit_code == 0, r.stderr
+    (sent,) = (prompt_of(q.body) for q in backend.requests)
+    assert sent.startswith(load_templates()[0] + "\nInstruction: word word")
+    assert " [...] word " in sent  # the middle of the instruction is gone
+    assert sent.endswith("\nResponse: ok\nThe answer is:")
+    assert len(sent.encode()) <= 64 * 4  # the daemon's offline count: 4 bytes a token
+    (row,) = read_jsonl(out)
+    assert row["truncated"] is True and 300 < row["removed_tokens"][0] < 375
+    assert row["score"] == 4.0 and "skipped" not in row
+    assert "1 sample shortened in the middle to fit max_length 64 (" in r.stderr
+
+
+def test_a_sample_that_cannot_fit_is_skipped_at_3_and_counted(home, backend, tmp_path):
+    backend.handler = lambda body: dist_reply({"5": 1.0})
+    rp = tmp_path / "rp.txt"
+    rp.write_text("Rate it.\n" + "A very long rating prompt about many things. " * 8 + "\n")
+    rows = [{"id": "a", "instruction": "word " * 300, "output": "ok"}, *alpaca(1)]
+    data = write_jsonl(tmp_path / "a.jsonl", rows)
+    out = tmp_path / "s.jsonl"
+    r = run_cli(home, data, "-o", out, "--max-length", 40, "--k", 2, "--rp-file", rp)
+    assert r.exit_code == 0, r.stderr
+    skipped, fine = read_jsonl(out)
+    # the second template alone is longer than 40 tokens: no rating of either sample
+    assert (
+        skipped
+        == {
+            "id": "a",
+            "score": 3.0,
+            "skipped": skipped["skipped"],
+        }
+        and "more than max_length 40" in skipped["skipped"]
+    )
+    assert fine["score"] == 3.0 and "more than max_length 40" in fine["skipped"]
+    assert backend.requests == []
+    assert "2 samples could not fit max_length 40 even shortened, skipped and scored 3.0" in (
+        r.stderr
+    )
+    # a skipped sample is never selected as one of the best
+    best = tmp_path / "best.jsonl"
+    r = run_cli(home, data, "-o", out, "--max-length", 40, "--k", 2, "--rp-file", rp,
+                "--top", 1, "--select-out", best)  # fmt: skip
+    assert r.exit_code == 0 and read_jsonl(best) == []
 
 
 def test_absent_ratings_are_bounded_and_counted(home, backend, tmp_path):
@@ -260,7 +342,7 @@ def test_llama_cpp_shaped_completions_and_unrated_prompts(home, backend, tmp_pat
     r = run_cli(home, data, "-o", out, "--concurrency", 1)
     assert r.exit_code == 0, r.stderr
     assert [row["score"] for row in read_jsonl(out)] == [2.5, 3.0]
-    assert "warning: 1 prompts had no rating 1-5 among the top logprobs" in r.stderr
+    assert "warning: 1 prompt had no rating 1-5 among the top logprobs" in r.stderr
 
 
 def test_server_without_logprobs_is_a_clear_error(home, backend, tmp_path):
@@ -536,6 +618,57 @@ def test_yaml_keys_flags_over_file_over_settings(home, backend, tmp_path):
     assert r.exit_code == 0 and len(backend.chat_requests) == 3
 
 
+SPEC_YAML = """name: SelectitTokenScorer
+model: meta-llama/Llama-3.1-8B
+rp_file: scorers/SelectIT/rating_prompt.txt
+k: 1
+alpha: 0.2
+max_length: 2048
+batch_size: 8
+"""
+
+
+def test_the_specs_yaml_runs_unchanged(home, backend, tmp_path, monkeypatch, caplog):
+    """Issue 14: its rp_file does not exist here (the run stopped), its name was ignored."""
+    monkeypatch.chdir(tmp_path)  # no scorers/ directory here
+    cfg = tmp_path / "selectit.yaml"
+    cfg.write_text(SPEC_YAML)
+    data = write_jsonl(tmp_path / "alpaca.jsonl", alpaca(2))
+    backend.handler = lambda body: dist_reply({"4": 1.0})
+    r = run_cli(home, data, "--config", cfg)
+    assert r.exit_code == 0, r.stderr
+    said = [rec.getMessage() for rec in caplog.records if rec.name == "lmd.selectit"]
+    assert said == [
+        "selectit: scorers/SelectIT/rating_prompt.txt (the SelectIT spec's default rp_file) "
+        f"does not exist here; using the shipped rating prompts, {BUILTIN_FILE}."
+    ]
+    # the shipped first prompt, the YAML's model, and the name names the output
+    assert [prompt_of(q.body).split("\n")[0] for q in backend.requests] == [load_templates()[0]] * 2
+    assert {q.body["model"] for q in backend.requests} == {"meta-llama/Llama-3.1-8B"}
+    out = tmp_path / "alpaca.SelectitTokenScorer.jsonl"
+    assert read_jsonl(out) == [{"id": 1, "score": 4.0}, {"id": 2, "score": 4.0}]
+    assert r.stderr.startswith("selectit: SelectitTokenScorer: 2 samples, 2 scored now")
+    # where the file does exist (beside the YAML, as in the spec's repository) it is used
+    (tmp_path / "scorers" / "SelectIT").mkdir(parents=True)
+    (tmp_path / "scorers" / "SelectIT" / "rating_prompt.txt").write_text("My own prompt.\n")
+    backend.clear()
+    caplog.clear()
+    r = run_cli(home, data, "--config", cfg, "-o", tmp_path / "own.jsonl")
+    assert r.exit_code == 0, r.stderr
+    assert {prompt_of(q.body).split("\n")[0] for q in backend.requests} == {"My own prompt."}
+    assert not [rec for rec in caplog.records if rec.name == "lmd.selectit"]
+
+
+def test_a_name_that_is_no_file_name_still_names_the_output(home, backend, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: my scorer/v2\n")
+    data = write_jsonl(tmp_path / "d.json", alpaca(1))
+    backend.handler = lambda body: dist_reply({"2": 1.0})
+    r = run_cli(home, data, "--config", cfg)
+    assert r.exit_code == 0, r.stderr
+    assert read_jsonl(tmp_path / "d.my_scorer_v2.jsonl") == [{"id": 1, "score": 2.0}]
+
+
 @pytest.mark.parametrize(
     "text,message",
     [
@@ -619,6 +752,24 @@ def test_route_gives_the_cli_numbers(home, backend, client, tmp_path):
     ]
     r = client.post("/selectit", json={"record": alpaca(1)[0], "details": True})
     assert r.json()["token_scores"] == [expected_task_score(1)]
+
+
+def test_route_shortens_long_samples_and_skips_what_cannot_fit(make_client, backend):
+    backend.handler = lambda body: dist_reply({"4": 1.0})
+    client = make_client(selectit_max_length=64)
+    long = {"id": 1, "instruction": "word " * 300, "output": "ok"}
+    r = client.post("/selectit", json={"records": [long], "details": True})
+    assert r.status_code == 200, r.text
+    (result,) = r.json()["results"]
+    assert result["truncated"] is True and result["removed_tokens"][0] > 300
+    assert prompt_of(backend.requests[0].body).endswith("\nResponse: ok\nThe answer is:")
+    backend.clear()
+    client = make_client(selectit_max_length=16)  # the rating prompt alone is longer
+    r = client.post("/selectit", json=[long, *alpaca(1)])
+    body = r.json()
+    assert body["skipped"] == 2 and body["count"] == 2 and backend.requests == []
+    assert [x["score"] for x in body["results"]] == [3.0, 3.0]
+    assert all("more than max_length 16" in x["skipped"] for x in body["results"])
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ pytest.importorskip("transformers", reason="the transformers backend needs pip i
 
 from daemon.errors import LmdError  # noqa: E402
 from plugins.selectit.engine import prompts_for  # noqa: E402
-from plugins.selectit.prompts import build_prompt, load_templates  # noqa: E402
+from plugins.selectit.prompts import TooLong, build_prompt, fit, load_templates  # noqa: E402
 from plugins.selectit.scoring import final_score  # noqa: E402
 from plugins.selectit.transformers_backend import TransformersRater, rating_token_ids  # noqa: E402
 
@@ -125,19 +125,54 @@ def test_a_stopped_rater_quits_between_batches(sp_tok):
     assert len(rater.rate_prompts([build_prompt("Rate.", "a", "b")] * 3)) == 3
 
 
-def test_long_samples_are_cut_but_keep_the_answer_cue(sp_tok):
+def test_long_samples_are_shortened_in_the_middle_keeping_labels_and_cue(sp_tok):
     model = llama(len(sp_tok))
-    rater = TransformersRater(model, sp_tok, batch_size=4, max_length=40)
+    rater = TransformersRater(model, sp_tok, batch_size=4, max_length=64)
     long = build_prompt("Rate it.", "Explain why the sky is blue. " * 20, "Because. " * 30)
     short = build_prompt("Rate it.", "Hi", "Hello")
-    ids = rater.encode(long)
-    assert len(ids) == 40 and rater.truncated == 1
-    assert sp_tok.decode(ids, skip_special_tokens=True).rstrip("\u2581 ").endswith("The answer is:")
-    assert sp_tok.decode(ids, skip_special_tokens=True).startswith("Rate it.")
+    fitted = fit(long, 64, rater.tokens)
+    ids = rater.encode(fitted)
+    assert len(ids) <= 64 and fitted.removed > 100
+    fed = sp_tok.decode(ids, skip_special_tokens=True)
+    assert fed.startswith("Rate it.\nInstruction: Explain why")
+    assert "..." in fed and "\nResponse: Because." in fed  # "[", "]": unknown to this vocab
+    assert fed.rstrip("\u2581 ").endswith("The answer is:")
+    assert fit(short, 64, rater.tokens) is short  # fits: untouched
     assert rater.encode(short) == sp_tok.encode(short.text) + rater.bridge
-    assert rater.truncated == 1
-    with pytest.raises(LmdError, match="cannot even hold the prompt's ending"):
-        TransformersRater(model, sp_tok, max_length=5).encode(long)
+    with pytest.raises(TooLong, match="more than max_length 5"):
+        fit(long, 5, rater.tokens)
+    with pytest.raises(LmdError, match="more than max_length 64"):
+        rater.encode(long)  # never cut blindly from the end
+
+
+def test_a_long_instruction_is_fed_with_its_response_and_cue(home, tmp_path, monkeypatch):
+    """Issue 14 on the local backend: what the model is fed keeps Response: and the cue
+    (a Llama-3-style tokenizer, as the spec's default model has)."""
+    tok = llama3_like_tokenizer()
+    model_dir = tmp_path / "tiny-llama3"
+    llama(len(tok), seed=1).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    fed: list[list[int]] = []
+    forward = TransformersRater.forward
+    monkeypatch.setattr(
+        TransformersRater, "forward", lambda self, batch: fed.extend(batch) or forward(self, batch)
+    )
+    data = write_jsonl(
+        tmp_path / "a.jsonl", [{"id": 1, "instruction": "word " * 300, "output": "ok"}]
+    )
+    out = tmp_path / "s.jsonl"
+    r = run_cli(home, data, "-o", out, "--backend", "transformers", "--model", model_dir,
+                "--max-length", 64, "--details", "--device", "cpu")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    (ids,) = fed
+    assert len(ids) <= 64
+    text = tok.decode(ids, skip_special_tokens=True)
+    assert text.startswith(load_templates()[0]) and "Instruction: word" in text
+    assert " [...] " in text
+    assert "\nResponse: ok\nThe answer is:" in text
+    (row,) = read_jsonl(out)
+    assert row["truncated"] is True and row["removed_tokens"][0] > 800  # "word": 3 tokens here
+    assert "1 sample shortened in the middle to fit max_length 64" in r.stderr
 
 
 def test_cli_and_route_with_a_saved_tiny_model(home, backend, tmp_path, sp_tok, make_client):
@@ -176,13 +211,18 @@ def test_cli_and_route_with_a_saved_tiny_model(home, backend, tmp_path, sp_tok, 
     assert [g["id"] for g in got] == [row["id"] for row in rows]
     assert [g["score"] for g in got] == pytest.approx([row["score"] for row in rows], abs=1e-5)
     assert not backend.requests  # nothing went to the openai backend
-    # too-long prompts are cut and counted
+    # prompts whose template alone is longer than max_length are skipped and counted
     r = run_cli(
         home, data, "-o", tmp_path / "cut.jsonl", "--backend", "transformers", "--model",
         model_dir, "--k", 2, "--max-length", 30,
     )  # fmt: skip
     assert r.exit_code == 0, r.stderr
-    assert "10 prompts were longer than max_length 30" in r.stderr
+    assert "5 samples could not fit max_length 30 even shortened, skipped and scored 3.0" in (
+        r.stderr
+    )
+    cut = read_jsonl(tmp_path / "cut.jsonl")
+    assert [row["score"] for row in cut] == [3.0] * 6
+    assert all("more than max_length 30" in row["skipped"] for row in cut[:5])
 
 
 def test_model_load_failure_is_one_clear_sentence(home, tmp_path):
@@ -192,8 +232,14 @@ def test_model_load_failure_is_one_clear_sentence(home, tmp_path):
     assert r.exit_code == 1
     assert f"I could not load the model '{missing}'" in r.stderr
     assert r.stderr.count("\n") == 1
+    # no model given: the SelectIT spec's default, which cannot be loaded offline
     r = run_cli(home, data, "--backend", "transformers")
-    assert r.exit_code == 1 and "needs a model: pass --model" in r.stderr
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1
+    assert r.stderr == (
+        "I could not load the model 'meta-llama/Llama-3.1-8B' (no such directory, and not in "
+        "the Hugging Face cache); give a local model directory with --model, or download it "
+        "first (huggingface-cli download meta-llama/Llama-3.1-8B).\n"
+    )
 
 
 def test_fallback_model_only_when_asked(home, backend, tmp_path, bpe_tok):

@@ -1,13 +1,15 @@
-"""The lean chat path (daemon/fastchat.py) sends what the openai SDK sends and fails the same way.
+"""Prepared bodies (daemon/prepared_body.py) send what `create` sends and fail the same way.
 
-Each case runs twice against the real fake backend: once through the fast path, once through
-the SDK (the same LLM with its fast path switched off), and the bodies, results and error
-sentences must agree.
+Each case runs twice against the real fake backend: once the lean way (the body encoded by
+lmd, the first try made over httpx2, any failure handed to the SDK's `client.post`), once
+through the SDK's `create` (the same LLM with its endpoints switched off); the bodies,
+headers, results and error sentences must agree.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 
 import pytest
@@ -27,7 +29,7 @@ HISTORY = [
 def make_llm(backend, fast: bool, retries: int = 0, timeout: float = 5.0) -> LLM:
     llm = LLM(backend.url, "sk-fast", timeout, retries, "fake-model")
     if not fast:
-        llm._fast = None
+        llm._chat = None
     return llm
 
 
@@ -52,9 +54,9 @@ def run_both(backend, call, replies=(), **llm_kw):
     return out
 
 
-def test_the_fast_path_is_on_for_this_sdk(backend):
+def test_prepared_bodies_are_on_for_this_sdk(backend):
     llm = make_llm(backend, fast=True)
-    assert llm._fast is not None
+    assert llm._chat is not None
     asyncio.run(llm.close())
 
 
@@ -109,6 +111,12 @@ def test_headers_match_the_sdk(backend):
         Reply(body=b'{"choices": []}'),
         Reply(body=b"[1, 2]"),
         Reply(body="plain words", headers={"Content-Type": "text/plain"}),
+        # a compressed refusal, handed to the SDK after the first try decoded it
+        Reply(
+            status=503,
+            body=gzip.compress(b'{"error": {"message": "zipped", "type": "overloaded"}}'),
+            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+        ),
     ],
 )
 def test_failures_match_the_sdk(backend, reply):
@@ -175,7 +183,7 @@ def test_an_unreachable_backend_is_the_same_sentence(backend):
         async def go(fast=fast):
             llm = LLM(url, "k", 2, 0, "fake-model")
             if not fast:
-                llm._fast = None
+                llm._chat = None
             try:
                 await llm.chat(HISTORY)
             except BackendError as e:
@@ -195,9 +203,9 @@ def test_unusual_calls_go_through_the_sdk(backend):
         try:
             # extra headers and a per-call timeout are the SDK's business
             text = await llm.chat(HISTORY, extra_headers={"X-Trace": "abc"}, timeout=3)
-            assert llm._fast.body(HISTORY, {"model": "m", "extra_headers": {}}) is None
-            assert llm._fast.body(HISTORY, {"model": "m", "no_such_parameter": 1}) is None
-            assert llm._fast.body(HISTORY, {"model": "m", "temperature": float("nan")}) is None
+            assert llm._chat.body(HISTORY, {"model": "m", "extra_headers": {}}) is None
+            assert llm._chat.body(HISTORY, {"model": "m", "no_such_parameter": 1}) is None
+            assert llm._chat.body(HISTORY, {"model": "m", "temperature": float("nan")}) is None
             return text
         finally:
             await llm.close()
@@ -249,6 +257,8 @@ def delta(text: str) -> dict:
         (Reply("one two three four", truncate=2), {}),
         (Reply(chunks=["Grüße ", "世界", "\n", ""]), {}),
         (Reply(body=sse(delta("a"), delta("b"), "[DONE]", delta("after")), headers=SSE), {}),
+        # a server that ignores stream=true and answers JSON
+        (Reply(body={"id": "c", "object": "chat.completion", "choices": []}), {}),
     ],
 )
 def test_streams_match_the_sdk(backend, reply, kwargs):
@@ -286,13 +296,13 @@ def test_stream_failures_match_the_sdk(backend, reply):
 PROMPT = 'Rate this: Grüße, 世界 — "quoted" \\ and\nnewlines\nRating:'
 
 
-def test_the_completions_fast_path_is_on_for_this_sdk(backend):
+def test_prepared_completion_bodies_are_on_for_this_sdk(backend):
     llm = make_llm(backend, fast=True)
-    assert llm._fast_completions is not None
-    assert llm._fast_completions.url.endswith("/completions")
-    assert not llm._fast_completions.url.endswith("/chat/completions")
+    assert llm._completions is not None
+    assert llm._completions.path == "/completions"
+    assert llm._chat.path == "/chat/completions"
     selectit = {"model": "m", "max_tokens": 1, "temperature": 0, "logprobs": 20}
-    assert json.loads(llm._fast_completions.body(PROMPT, selectit)) == {
+    assert json.loads(llm._completions.body(PROMPT, selectit)) == {
         **selectit,
         "prompt": PROMPT,
     }
@@ -309,7 +319,7 @@ def completions_both(backend, call, replies=()):
         async def go(fast=fast):
             llm = make_llm(backend, fast=True)
             if not fast:
-                llm._fast_completions = None
+                llm._completions = None
             try:
                 return await call(llm)
             except BackendError as e:
@@ -388,7 +398,7 @@ def test_unusual_completions_go_through_the_sdk(backend):
     async def call():
         llm = make_llm(backend, fast=True)
         try:
-            fast = llm._fast_completions
+            fast = llm._completions
             assert fast.body(PROMPT, {"model": "m", "stream": True}) is None
             assert fast.body(PROMPT, {"model": "m"}, stream=True) is None
             assert fast.body(PROMPT, {"model": "m", "messages": []}) is None  # a chat argument

@@ -1,0 +1,792 @@
+"""The OS sandbox for commands that run without a spoken yes.
+
+A string check cannot tell what a bash command will do; the operating system can stop it. On
+Linux every such command runs under bubblewrap (`bwrap`): the whole file system read-only, a
+private empty /tmp, a fresh /proc in its own pid namespace, no network (its own network
+namespace), no capabilities, no new privileges, Unix sockets and kernel keyrings refused by a
+seccomp filter, the places that hold credentials hidden, and limits on memory, CPU time, file
+size and processes. On macOS `sandbox-exec` runs a generated Seatbelt profile with the same
+intent (untested here). Anywhere else there is no sandbox, and modes ask before every command.
+
+`detect()` finds out once per process whether a sandbox can be had and why not; `prepare()`
+turns a policy and an argv into the wrapped argv the runner starts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import platform
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LEVELS = ("read-only", "workspace-write", "off")
+READ_ONLY, WORKSPACE_WRITE, OFF = LEVELS
+NONE = "none"  # how an approved (or unsandboxed) command ran, in the audit
+
+# Credentials and session secrets under the home directory, hidden from every sandboxed
+# command (the daemon's home, LMD_HOME, and the `sandbox_hide_paths` setting come on top).
+SECRET_HOME_PATHS = (
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".config/gcloud",
+    ".netrc",
+    ".docker",
+    ".kube",
+    ".git-credentials",
+    ".config/gh",
+    ".azure",
+    ".password-store",
+    ".local/share/keyrings",
+    ".pypirc",
+    ".mozilla",
+    ".config/google-chrome",
+    ".config/chromium",
+)
+
+# Environment variables that must never reach a command, whatever the passthrough says.
+NEVER_PASSED = frozenset({"OPENAI_API_KEY", "LMD_TOKEN"})
+
+APT_HINT = "install the bubblewrap package (apt install bubblewrap, or dnf install bubblewrap)"
+
+
+# -- policy ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Limits:
+    """Per-process limits inside the sandbox (the process count is per sandbox)."""
+
+    memory_mb: int = 2048
+    cpu_secs: int = 600
+    file_size_mb: int = 1024
+    max_processes: int = 256
+
+    def ulimit_line(self, processes: bool = True) -> str:
+        """One bash line setting the limits (soft and hard, so the command cannot raise them).
+
+        Memory is the data segment (RLIMIT_DATA: heap and private writable mappings), not the
+        address space: runtimes such as V8 or the JVM reserve far more address space than they
+        ever use. The process count is set here, inside the sandbox's own user namespace, where
+        the kernel counts only the sandbox's processes."""
+        parts = [f"-d {self.memory_mb * 1024}", f"-f {self.file_size_mb * 1024}"]  # KiB
+        if processes:
+            parts.append(f"-u {self.max_processes}")
+        # CPU: the soft limit sends SIGXCPU ("CPU time limit exceeded"), the hard one a second
+        # later SIGKILL for a command that ignores it.
+        cpu = f"-t {self.cpu_secs + 1} && ulimit -S -t {self.cpu_secs}"
+        return f"ulimit {' '.join(parts)} {cpu} || exit 125"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What one sandboxed command may do."""
+
+    level: str  # read-only | workspace-write
+    cwd: str
+    home: str
+    hidden: tuple[str, ...] = ()  # paths replaced by something empty and read-only
+    writable: tuple[str, ...] = ()  # workspace-write: the working directory
+    limits: Limits = field(default_factory=Limits)
+
+    @property
+    def protected_inside(self) -> tuple[str, ...]:
+        """Inside a writable root its `.git` stays read-only: a sandboxed build must not plant
+        a hook or a config (core.fsmonitor) that a later, approved git command would run."""
+        found = []
+        for root in self.writable:
+            git = os.path.join(root, ".git")
+            if os.path.lexists(git):
+                found.append(git)
+        return tuple(found)
+
+
+def hidden_paths(home: str, lmd_home: str | None, extra: list[str] | tuple[str, ...] = ()) -> list:
+    """The secret places to hide: well-known ones under `home`, LMD_HOME, the user's extra ones
+    and the session runtime directory (sockets of ssh-agent, gpg-agent, D-Bus). Symlinks are
+    hidden at both ends."""
+    wanted = [os.path.join(home, rel) for rel in SECRET_HOME_PATHS]
+    if lmd_home:
+        wanted.append(str(lmd_home))
+    wanted += [os.path.expanduser(str(p)) for p in extra]
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
+    wanted.append(runtime)
+    found: list[str] = []
+    for path in wanted:
+        for p in (os.path.abspath(path), os.path.realpath(path)):
+            if p not in found and p != "/" and os.path.lexists(p):
+                found.append(p)
+    return found
+
+
+def _inside(path: str, root: str) -> bool:
+    path, root = os.path.realpath(path), os.path.realpath(root)
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def workspace_problem(path: str, home: str, lmd_home: str | None, hidden: list[str]) -> str | None:
+    """Why `path` may not be made writable, or None. A writable home would let a command plant
+    ~/.bashrc or ~/.config/autostart entries that run later outside any sandbox."""
+    real = os.path.realpath(path)
+    if real == "/":
+        return "the working directory is the root of the file system"
+    for guarded, what in ((home, "your home directory"), (lmd_home, "lmd's own directory")):
+        if guarded and _inside(guarded, real):
+            return f"the working directory {path} holds {what}"
+    for secret in hidden:
+        if _inside(real, secret):
+            return f"the working directory {path} is a hidden secret place"
+    return None
+
+
+def policy_from_settings(
+    settings: Any, level: str, cwd: str, lmd_home: str | None = None, home: str | None = None
+) -> Policy:
+    """The policy the settings ask for, for a command running in `cwd`."""
+    home = home or os.path.expanduser("~")
+    hidden = hidden_paths(home, lmd_home, settings["sandbox_hide_paths"])
+    limits = Limits(
+        memory_mb=settings["sandbox_memory_mb"],
+        cpu_secs=settings["sandbox_cpu_secs"],
+        file_size_mb=settings["sandbox_file_size_mb"],
+        max_processes=settings["sandbox_max_processes"],
+    )
+    writable: tuple[str, ...] = ()
+    if level == WORKSPACE_WRITE:
+        problem = workspace_problem(cwd, home, lmd_home, hidden)
+        if problem:
+            raise ValueError(problem)
+        writable = (os.path.realpath(cwd),)
+    return Policy(level, cwd, home, tuple(hidden), writable, limits)
+
+
+# -- detection ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Availability:
+    """Whether a sandbox can be had here, and in words why (not)."""
+
+    kind: str  # bwrap | seatbelt | none
+    reason: str  # a sentence: what is used, or why there is none
+    remedy: str = ""  # a sentence: how to get one
+    binary: str | None = None
+    features: frozenset[str] = frozenset()  # bwrap options this version knows
+    seccomp: bool = False
+    pids_cgroup: str | None = None  # root only: where per-command pids cgroups are made
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def available(self) -> bool:
+        return self.kind != NONE
+
+    def sentence(self) -> str:
+        """One line for the start-up message and `lmd doctor`."""
+        if not self.available:
+            return f"no sandbox: {self.reason} To get one, {self.remedy}."
+        text = self.reason
+        if self.warnings:
+            text += " " + " ".join(self.warnings)
+        return text
+
+
+_cache: dict[tuple, Availability] = {}
+
+
+def bwrap_binary() -> str | None:
+    """LMD_BWRAP names the bubblewrap binary (a path or a name on PATH); default `bwrap`."""
+    wanted = os.environ.get("LMD_BWRAP") or "bwrap"
+    found = shutil.which(wanted)
+    return os.path.realpath(found) if found else None
+
+
+def detect(refresh: bool = False) -> Availability:
+    """Find out (once per process, per LMD_BWRAP) whether a sandbox can be had."""
+    key = (sys.platform, os.environ.get("LMD_BWRAP"), os.geteuid())
+    if not refresh and key in _cache:
+        return _cache[key]
+    if sys.platform.startswith("linux"):
+        found = _detect_bwrap()
+    elif sys.platform == "darwin":
+        found = _detect_seatbelt()
+    else:
+        found = Availability(
+            NONE,
+            f"lmd knows no command sandbox for {platform.system() or sys.platform}.",
+            "run lmd on Linux with bubblewrap or on macOS",
+        )
+    _cache[key] = found
+    return found
+
+
+def _detect_bwrap() -> Availability:
+    binary = bwrap_binary()
+    if binary is None:
+        named = os.environ.get("LMD_BWRAP")
+        where = (
+            f"LMD_BWRAP names {named}, which does not exist" if named else "bwrap is not installed"
+        )
+        return Availability(NONE, f"{where}.", APT_HINT)
+    try:
+        helptext = subprocess.run(
+            [binary, "--help"], capture_output=True, text=True, timeout=5
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return Availability(NONE, f"{binary} does not run ({e}).", APT_HINT)
+    features = frozenset(re.findall(r"^\s+(--[\w-]+)", helptext, re.M))
+    seccomp = seccomp_program() is not None and "--seccomp" in features
+    found = Availability(
+        "bwrap",
+        "",
+        binary=binary,
+        features=features,
+        seccomp=seccomp,
+        pids_cgroup=_pids_cgroup_base() if os.geteuid() == 0 else None,
+    )
+    problem = _probe(found)
+    if problem:
+        return Availability(
+            NONE,
+            f"bwrap cannot build its sandbox here ({problem}).",
+            "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or "
+            "kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu); inside Docker, run the "
+            "container with --security-opt seccomp=unconfined --security-opt "
+            "apparmor=unconfined, or start lmd outside the container",
+            binary=binary,
+        )
+    warnings = []
+    if not seccomp:
+        warnings.append(
+            "Unix sockets are not blocked (no seccomp filter for this machine or bwrap)."
+        )
+    if os.geteuid() == 0 and found.pids_cgroup is None:
+        warnings.append(
+            "lmd runs as root and no pids cgroup can be made, so the process limit is not "
+            "enforced (the kernel ignores it for root); run lmd as an ordinary user."
+        )
+    how = "a pids cgroup" if found.pids_cgroup else "a per-sandbox rlimit"
+    reason = (
+        f"Commands that run without asking run in a bubblewrap sandbox ({binary}; processes "
+        f"limited by {how})."
+    )
+    return Availability(
+        "bwrap",
+        reason,
+        binary=binary,
+        features=features,
+        seccomp=seccomp,
+        pids_cgroup=found.pids_cgroup,
+        warnings=tuple(warnings),
+    )
+
+
+def _probe(found: Availability) -> str | None:
+    """Run `true` under the full policy; the error bwrap printed, or None when it worked."""
+    with tempfile.TemporaryDirectory(prefix="lmd-sandbox-probe-") as tmp:
+        policy = Policy(READ_ONLY, tmp, tmp, limits=Limits())
+        prepared = prepare(policy, ["true"], found)
+        try:
+            done = subprocess.run(
+                prepared.argv,
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                timeout=10,
+                pass_fds=prepared.pass_fds,
+                env=command_env(tmp),
+                start_new_session=True,
+            )
+        except (OSError, subprocess.SubprocessError) as e:
+            return str(e)
+        finally:
+            prepared.close()
+    if done.returncode == 0:
+        return None
+    lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
+    return (lines[-1] if lines else f"exit code {done.returncode}").removeprefix("bwrap: ")
+
+
+def _detect_seatbelt() -> Availability:
+    binary = "/usr/bin/sandbox-exec"  # never from PATH: a planted one would run everything
+    if not os.access(binary, os.X_OK):
+        return Availability(NONE, "sandbox-exec is missing.", "use a macOS that has it")
+    try:
+        done = subprocess.run(
+            [binary, "-p", "(version 1)(allow default)", "/usr/bin/true"],
+            capture_output=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        return Availability(NONE, f"sandbox-exec does not run ({e}).", "check the macOS install")
+    if done.returncode != 0:
+        return Availability(
+            NONE,
+            "sandbox-exec refuses to run here (inside another sandbox?).",
+            "run lmd outside other sandboxes",
+        )
+    return Availability(
+        "seatbelt",
+        "Commands that run without asking run under sandbox-exec (Seatbelt).",
+        binary=binary,
+        warnings=("The process count is not limited on macOS.",),
+    )
+
+
+# -- pids cgroup (root) ------------------------------------------------------------------------
+_counter = itertools.count(1)
+
+
+def _own_cgroup(controller: str) -> str | None:
+    """This process's cgroup path for a v1 controller, or the v2 path for "" ."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return path
+    return None
+
+
+def _pids_cgroup_base() -> str | None:
+    """A directory where per-command pids cgroups can be made (root only), or None.
+
+    The kernel ignores RLIMIT_NPROC for root, so as root the process count is bounded by a
+    pids cgroup: cgroup v1's pids hierarchy, or a v2 cgroup that has pids delegated."""
+    candidates = []
+    v1 = _own_cgroup("pids")
+    if v1 is not None and os.path.isdir("/sys/fs/cgroup/pids"):
+        candidates.append(os.path.join("/sys/fs/cgroup/pids", v1.lstrip("/")))
+    v2 = _own_cgroup("")
+    for mount in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+        if v2 is not None and os.path.isfile(os.path.join(mount, "cgroup.subtree_control")):
+            here = os.path.join(mount, v2.lstrip("/"))
+            try:
+                if "pids" in Path(here, "cgroup.subtree_control").read_text().split():
+                    candidates.append(here)
+            except OSError:
+                pass
+    for parent in candidates:
+        base = os.path.join(parent, "lmd-sandbox")
+        try:
+            os.makedirs(base, exist_ok=True)
+            _remove_orphans(base)
+            probe = PidsGroup(base, 8)
+            probe.close()
+            return base
+        except OSError:
+            continue
+    return None
+
+
+def _remove_orphans(base: str) -> None:
+    """Empty cgroups left by daemons that died (kill -9) before removing them."""
+    for name in os.listdir(base):
+        parts = name.split("-")
+        if len(parts) == 3 and parts[0] == "cmd" and parts[1].isdigit():
+            if not os.path.exists(f"/proc/{parts[1]}"):
+                try:
+                    os.rmdir(os.path.join(base, name))
+                except OSError:
+                    pass  # still holds a process: leave it
+
+
+class PidsGroup:
+    """One command's pids cgroup: created with a ceiling, emptied and removed after."""
+
+    def __init__(self, base: str, max_pids: int) -> None:
+        self.path = os.path.join(base, f"cmd-{os.getpid()}-{next(_counter)}")
+        os.mkdir(self.path)
+        try:
+            Path(self.path, "pids.max").write_text(str(max_pids))
+        except OSError:
+            os.rmdir(self.path)
+            raise
+        self.procs = os.path.join(self.path, "cgroup.procs")
+
+    def close(self) -> None:
+        """Kill what is left; remove the cgroup now, or (while the kernel still reaps the
+        killed processes) on a later call: the event loop must not wait for it."""
+        try:
+            pids = [int(p) for p in Path(self.procs).read_text().split()]
+        except OSError:
+            pids = []
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        _stale.append(self.path)
+        sweep_cgroups()
+
+
+_stale: list[str] = []
+
+
+def sweep_cgroups(wait: float = 0.0) -> None:
+    """Remove the emptied per-command cgroups (waiting up to `wait` seconds for the rest)."""
+    deadline = time.monotonic() + wait
+    while _stale:
+        for path in list(_stale):
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                continue
+            _stale.remove(path)
+        if not _stale or time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)
+
+
+atexit.register(sweep_cgroups, 2.0)
+
+
+# -- seccomp -----------------------------------------------------------------------------------
+# Per machine: the audit arch and the numbers of the calls the filter looks at.
+_SYSCALLS = {
+    "x86_64": {
+        "arch": 0xC000003E,
+        "socket": 41,
+        "clone": 56,
+        "denied": (248, 249, 250, 272),  # add_key, request_key, keyctl, unshare
+    },
+    "aarch64": {
+        "arch": 0xC00000B7,
+        "socket": 198,
+        "clone": 220,
+        "denied": (217, 218, 219, 97),
+    },
+}
+_IO_URING = (425, 426, 427)  # the same on every machine
+_CLONE3 = 435
+_EPERM, _ENOSYS, _EAFNOSUPPORT, _AF_UNIX = 1, 38, 97, 1
+_CLONE_NEWUSER = 0x10000000
+_X32_BIT = 0x40000000
+_RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+_LD, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+
+
+def _assemble(items: list[tuple]) -> bytes:
+    """Classic BPF from (code, jt, jf, k) with jump targets given as label names (None: the
+    next instruction) and ("label", name) markers."""
+    labels, pos = {}, 0
+    for item in items:
+        if item[0] == "label":
+            labels[item[1]] = pos
+        else:
+            pos += 1
+    out, pos = [], 0
+    for item in items:
+        if item[0] == "label":
+            continue
+        code, jt, jf, k = item
+
+        def offset(target: str | None, here: int = pos) -> int:
+            return 0 if target is None else labels[target] - here - 1
+
+        out.append(struct.pack("=HBBI", code, offset(jt), offset(jf), k))
+        pos += 1
+    return b"".join(out)
+
+
+def seccomp_program(machine: str | None = None) -> bytes | None:
+    """A seccomp filter (bwrap --seccomp) refusing what the namespaces do not cover:
+
+    - Unix-domain sockets (docker.sock, the D-Bus session bus or an agent socket would open a
+      way out of the sandbox) and io_uring (it can make sockets past the filter);
+    - new user namespaces (unshare, clone with CLONE_NEWUSER; clone3 says ENOSYS so the C
+      library falls back to clone): a kernel attack surface the command has no use for;
+    - the kernel keyrings (shared across namespaces).
+
+    Other machines get None (and bwrap's --disable-userns instead)."""
+    name = (machine or platform.machine()).lower()
+    name = {"amd64": "x86_64", "arm64": "aarch64"}.get(name, name)
+    if name not in _SYSCALLS:
+        return None
+    calls = _SYSCALLS[name]
+    items: list[tuple] = [
+        (_LD, None, None, 4),  # seccomp_data.arch
+        (_JEQ, None, "eperm", calls["arch"]),  # another ABI (e.g. i386 on x86_64): refuse
+        (_LD, None, None, 0),  # seccomp_data.nr
+    ]
+    if name == "x86_64":
+        items.append((_JGE, "eperm", None, _X32_BIT))  # the x32 ABI
+    for nr in (*calls["denied"], *_IO_URING):
+        items.append((_JEQ, "eperm", None, nr))
+    items += [
+        (_JEQ, "enosys", None, _CLONE3),
+        (_JEQ, "clone", None, calls["clone"]),
+        (_JEQ, "socket", "allow", calls["socket"]),
+        ("label", "socket"),
+        (_LD, None, None, 16),  # args[0] (low 32 bits): the address family
+        (_JEQ, "noaf", "allow", _AF_UNIX),
+        ("label", "clone"),
+        (_LD, None, None, 16),  # args[0]: the clone flags
+        (_JSET, "eperm", "allow", _CLONE_NEWUSER),
+        ("label", "allow"),
+        (_RET, None, None, _RET_ALLOW),
+        ("label", "eperm"),
+        (_RET, None, None, _RET_ERRNO | _EPERM),
+        ("label", "noaf"),
+        (_RET, None, None, _RET_ERRNO | _EAFNOSUPPORT),
+        ("label", "enosys"),
+        (_RET, None, None, _RET_ERRNO | _ENOSYS),
+    ]
+    return _assemble(items)
+
+
+# -- wrapping ----------------------------------------------------------------------------------
+@dataclass
+class Prepared:
+    """The argv to start, the fds it must inherit, and what to undo afterwards."""
+
+    argv: list[str]
+    pass_fds: tuple[int, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)  # on top of the command's environment
+    cgroup: PidsGroup | None = None
+    _fds: list[int] = field(default_factory=list)
+
+    def started(self) -> None:
+        """The child has the fds now: close the parent's copies."""
+        for fd in self._fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds.clear()
+
+    def close(self) -> None:
+        """Kill whatever is left in the command's cgroup and remove it."""
+        self.started()
+        if self.cgroup is not None:
+            self.cgroup.close()
+            self.cgroup = None
+
+
+def prepare(policy: Policy, argv: list[str], found: Availability | None = None) -> Prepared:
+    """Wrap `argv` (e.g. ["bash", "-c", script]) in the sandbox for `policy`."""
+    found = found or detect()
+    if found.kind == "bwrap":
+        return _prepare_bwrap(policy, argv, found)
+    if found.kind == "seatbelt":
+        tmp = tempfile.mkdtemp(prefix="lmd-sandbox-")
+        profile = seatbelt_profile(policy, tmp)
+        return Prepared(
+            [found.binary or "/usr/bin/sandbox-exec", "-p", profile, "--", *argv],
+            env={"TMPDIR": tmp + "/"},
+        )
+    raise RuntimeError(f"No sandbox is available: {found.reason}")
+
+
+def bwrap_args(
+    policy: Policy,
+    features: frozenset[str] | set[str] = frozenset(),
+    seccomp_fd: int | None = None,
+    empty_fd: int | None = None,
+) -> list[str]:
+    """bwrap's options for `policy` (mount order matters: later mounts cover earlier ones)."""
+    a = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    if "--size" in features:
+        a += ["--size", str(max(64, policy.limits.file_size_mb) * 1024 * 1024)]
+    a += ["--tmpfs", "/tmp"]
+    # /tmp is private, but when the working directory or home lives in it, the directory tree
+    # of /tmp holding it comes back (read-only), so `cd ..` and siblings still work.
+    for top in dict.fromkeys(_tmp_tree(p) for p in (policy.cwd, policy.home)):
+        if top:
+            a += ["--ro-bind", top, top]
+    for root in policy.writable:
+        a += ["--bind", root, root]
+    for inner in policy.protected_inside:
+        a += ["--ro-bind", inner, inner]
+    for secret in policy.hidden:
+        if os.path.isdir(secret) and not os.path.islink(secret):
+            a += ["--tmpfs", secret, "--remount-ro", secret]
+        elif os.path.lexists(secret) and not os.path.islink(secret):
+            # An empty file, so a program reading its config (wget and ~/.netrc) still runs.
+            if empty_fd is not None:
+                a += ["--ro-bind-data", str(empty_fd), secret]
+            else:
+                a += ["--ro-bind", "/dev/null", secret]  # unreadable on a nodev mount
+    a += ["--chdir", policy.cwd]
+    a += ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
+    a += ["--unshare-cgroup-try"]
+    if seccomp_fd is None and "--disable-userns" in features:
+        # No nested user namespace (the seccomp filter refuses them more cheaply).
+        a.append("--disable-userns")
+    a += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if seccomp_fd is not None:
+        a += ["--seccomp", str(seccomp_fd)]
+    return a
+
+
+def _tmp_tree(path: str) -> str | None:
+    """/tmp/a for /tmp/a/b/c; None outside /tmp (and for /tmp itself, which stays private)."""
+    parts = Path(os.path.realpath(path)).parts
+    if len(parts) > 2 and parts[1] == "tmp":
+        return os.path.join("/", parts[1], parts[2])
+    return None
+
+
+def _prepare_bwrap(policy: Policy, argv: list[str], found: Availability) -> Prepared:
+    fds: list[int] = []
+    seccomp_fd = None
+    program = seccomp_program() if found.seccomp else None
+    if program is not None:
+        read, write = os.pipe()
+        os.write(write, program)  # a few hundred bytes: fits the pipe buffer
+        os.close(write)
+        fds.append(read)
+        seccomp_fd = read
+    empty_fd = None
+    if "--ro-bind-data" in found.features and any(
+        os.path.lexists(p) and not os.path.isdir(p) for p in policy.hidden
+    ):
+        read, write = os.pipe()  # closed at once: every read gives an empty file
+        os.close(write)
+        fds.append(read)
+        empty_fd = read
+    bwrap = found.binary or "bwrap"
+    args = bwrap_args(policy, found.features, seccomp_fd, empty_fd)
+    if argv and "/" not in argv[0]:
+        argv = [shutil.which(argv[0]) or argv[0], *argv[1:]]  # no PATH walk inside bwrap
+    wrapped = [bwrap, *args, "--", *argv]
+    cgroup = None
+    if found.pids_cgroup:
+        try:
+            cgroup = PidsGroup(found.pids_cgroup, policy.limits.max_processes)
+        except OSError:
+            cgroup = None
+    if cgroup is not None:
+        # Join the cgroup before bwrap starts, so nothing it forks is ever outside it.
+        wrapped = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', cgroup.procs, *wrapped]
+    return Prepared(wrapped, tuple(fds), {"TMPDIR": "/tmp"}, cgroup, fds)
+
+
+def wrap_script(
+    policy: Policy, command: str, setup: str = "", found: Availability | None = None
+) -> str:
+    """`command` after one line that sets the limits (and runs `setup`), so the command's own
+    lines are numbered from 2 as without the sandbox. (On macOS the process count stays
+    unlimited: there RLIMIT_NPROC counts all of the user's processes, not the sandbox's.)"""
+    found = found or detect()
+    first = policy.limits.ulimit_line(processes=found.kind == "bwrap")
+    return f"{first}; {setup}\n{command}" if setup else f"{first}\n{command}"
+
+
+# -- Seatbelt (macOS) --------------------------------------------------------------------------
+def _sb(path: str) -> str:
+    return '"' + path.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def seatbelt_profile(policy: Policy, tmpdir: str) -> str:
+    """A Seatbelt (SBPL) profile for `policy`: read everything but the hidden places, write
+    only the private temp dir (and the workspace at workspace-write, not its .git), no network.
+    Later rules win over earlier ones."""
+    lines = [
+        "(version 1)",
+        "(deny default)",
+        "(allow process-exec)",
+        "(allow process-fork)",
+        "(allow signal (target same-sandbox))",
+        "(allow process-info* (target same-sandbox))",
+        "(allow sysctl-read)",
+        "(allow file-read*)",
+        '(allow file-write-data (literal "/dev/null") (literal "/dev/zero"))',
+        '(allow file-read* file-write* (regex #"^/dev/tty"))',
+        "(allow ipc-posix-sem)",
+        "(allow ipc-posix-shm)",
+        "(allow user-preference-read)",
+        '(allow mach-lookup (global-name "com.apple.system.opendirectoryd.libinfo"))',
+        '(allow mach-lookup (global-name "com.apple.system.notification_center"))',
+        f"(allow file-write* (subpath {_sb(os.path.realpath(tmpdir))}))",
+    ]
+    for root in policy.writable:
+        lines.append(f"(allow file-write* (subpath {_sb(os.path.realpath(root))}))")
+    for inner in policy.protected_inside:
+        lines.append(f"(deny file-write* (subpath {_sb(os.path.realpath(inner))}))")
+    for secret in policy.hidden:
+        lines.append(f"(deny file-read* file-write* (subpath {_sb(os.path.realpath(secret))}))")
+    lines.append("(deny network*)")
+    return "\n".join(lines) + "\n"
+
+
+# -- the command's environment -----------------------------------------------------------------
+ENV_ALLOWLIST = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "SHELL")
+
+
+def command_env(
+    cwd: str, extra: dict | None = None, passthrough: list[str] | tuple[str, ...] = ()
+) -> dict[str, str]:
+    """An allowlisted environment: the basics, LC_*, TMPDIR, the names the user passes through
+    (`command_env_passthrough`), then `extra`. The API key and the daemon token never."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k in ENV_ALLOWLIST or k.startswith("LC_") or k == "TMPDIR"
+    }
+    for name in passthrough:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    env.setdefault("PATH", os.defpath)
+    env["PWD"] = cwd
+    env.update(extra or {})
+    for name in NEVER_PASSED:
+        env.pop(name, None)
+    return env
+
+
+# -- did the sandbox stop it? ------------------------------------------------------------------
+_SIGNS = (
+    (re.compile(r"Read-only file system"), "the file system is read-only there"),
+    (
+        re.compile(
+            r"Network is unreachable|Temporary failure in name resolution|Could not resolve|"
+            r"Name or service not known|nodename nor servname|unable to resolve host|"
+            r"Connection refused|Address family not supported|No route to host"
+        ),
+        "it has no network",
+    ),
+    (re.compile(r"File size limit exceeded"), "it hit the file size limit"),
+    (re.compile(r"CPU time limit exceeded"), "it hit the CPU time limit"),
+    (
+        re.compile(
+            r"Cannot allocate memory|MemoryError|memory exhausted|bad_alloc|out of memory",
+            re.I,
+        ),
+        "it hit the memory limit",
+    ),
+    (re.compile(r"fork: (retry: )?Resource temporarily unavailable"), "it hit the process limit"),
+)
+_SIGNAL_EXITS = {128 + 25: "it hit the file size limit", 128 + 24: "it hit the CPU time limit"}
+
+
+def blocked_reason(policy: Policy, command: str, output: str, exit_code: int | None) -> str | None:
+    """Why the sandbox (probably) stopped a command, judged from its output: None when nothing
+    says so. Errs towards "blocked": the cost is one question to the user."""
+    for pattern, reason in _SIGNS:
+        if pattern.search(output):
+            return reason
+    if exit_code in _SIGNAL_EXITS:
+        return _SIGNAL_EXITS[exit_code]
+    home = policy.home.rstrip("/")
+    for secret in policy.hidden:
+        short = "~" + secret[len(home) :] if home and secret.startswith(home + "/") else secret
+        if secret in command or secret in output or short in command:
+            return f"{short} is hidden from it"
+    return None
+
+
+def describe_level(level: str) -> str:
+    if level == WORKSPACE_WRITE:
+        return "a sandbox that may write only the working directory and has no network"
+    return "a read-only sandbox without network"

@@ -1,0 +1,76 @@
+"""`lmd doctor` on the daemon's surface: a token on a running lmd's command line (visible to
+every user in `ps`), a token file or database others can read, and a private setup."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.daemons import free_port
+
+LMD = str(Path(sys.executable).parent / "lmd")
+
+
+def doctor(home: Path, **env: str) -> dict[str, dict]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("LMD_", "OPENAI_"))}
+    environ.update({"LMD_TOKENIZER": "estimate", "LMD_URL": f"http://127.0.0.1:{free_port()}"})
+    environ.update(env)
+    done = subprocess.run(
+        [LMD, "doctor", "--offline", "--json", "--home", str(home)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environ,
+    )
+    return {f["check"]: f for f in json.loads(done.stdout)}
+
+
+def test_a_private_setup_is_ok(home):
+    (home / "token").write_text("a-private-token-0123456789\n")
+    (home / "token").chmod(0o600)
+    found = doctor(home)
+    assert found["files"]["status"] == "ok"
+    assert found["token"] == {
+        "check": "token",
+        "status": "ok",
+        "message": f"The token is in {home / 'token'}, readable by you only.",
+    }
+
+
+def test_loose_files_are_warned_about(home):
+    (home / "token").write_text("a-private-token-0123456789\n")
+    (home / "token").chmod(0o644)
+    os.chmod(home, 0o755)
+    found = doctor(home)
+    assert found["files"]["status"] == "warn"
+    assert f"Other users can read {home} (755)" in found["files"]["message"]
+    assert f"{home / 'token'} (644)" in found["files"]["message"]
+    assert found["token"]["status"] == "warn"
+    assert found["token"]["message"] == (
+        f"The token file {home / 'token'} is readable by other users (mode 644); run "
+        f"`chmod 600 {home / 'token'}`."
+    )
+
+
+def test_a_token_on_a_running_lmds_command_line_is_warned_about(home, tmp_path):
+    """An older lmd (or a wrapper) started as `lmd serve --token ...`: anyone sees it."""
+    code = f'exec -a lmd {sys.executable} -c "import time; time.sleep(60)" serve --token abc'
+    fake = subprocess.Popen(["bash", "-c", code])
+    try:
+        deadline = time.time() + 10
+        cmdline = Path(f"/proc/{fake.pid}/cmdline")
+        while not cmdline.read_bytes().startswith(b"lmd\0") and time.time() < deadline:
+            time.sleep(0.01)  # until bash has exec'd the disguised python
+        found = doctor(home)
+    finally:
+        fake.kill()
+        fake.wait()
+    assert found["token"]["status"] == "warn"
+    assert found["token"]["message"] == (
+        f"A running lmd (pid {fake.pid}) got its token on the command line, where every user "
+        "sees it in `ps`; restart it with --token-file FILE or LMD_TOKEN, and pick a new token."
+    )
