@@ -16,7 +16,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[test,local]'
+	$(BIN)/pip install -q -e '.[test,local,ray]'
 	touch $(TEST_STAMP)
 
 install: $(STAMP)

@@ -15,12 +15,24 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .errors import LmdError
 
 
 class LmdGroup(click.Group):
-    """A group that loads plugin commands on first need."""
+    """A group that loads plugin commands on first need, and says an LmdError once for all.
+
+    A command (core or plugin) raises LmdError with its sentence; here it becomes that
+    sentence on stderr and exit status 1, so no command repeats the try/except.
+    """
 
     _plugins_loaded = False
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except LmdError as e:
+            click.echo(e.message, err=True)
+            ctx.exit(1)
 
     def _load_plugins(self) -> None:
         if not self._plugins_loaded:
@@ -105,7 +117,6 @@ def serve(
     loopback the kernel's word that the client runs as the same user."""
     import logging
 
-    from .errors import LmdError
     from .server import serve as run
 
     if token is not None:
@@ -220,8 +231,6 @@ def settings_list(as_json: bool, home: Path | None) -> None:
 @home_option
 def settings_get(name: str, as_json: bool, home: Path | None) -> None:
     """One setting's value (with its type, default and help under --json)."""
-    from .errors import LmdError
-
     _, _, s = open_daemon_state(home)
     try:
         row = s.describe([name])[0]
@@ -246,7 +255,6 @@ def settings_set(name: str, value: str, as_json: bool, home: Path | None) -> Non
 def _change_setting(home: Path | None, name: str, value: str | None, as_json: bool) -> None:
     """Store a new value (None: the default) and show the result."""
     from .core import parse_setting
-    from .errors import LmdError
 
     registry, store, s = open_daemon_state(home)
     try:

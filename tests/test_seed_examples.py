@@ -180,11 +180,9 @@ def test_the_selectit_yaml_runs_unchanged(home, backend, tmp_path, monkeypatch, 
     # the spec's prompt layout, with the shipped prompt standing in for its rp_file
     bodies = [q.body for q in backend.requests]
     assert {b["model"] for b in bodies} == {"meta-llama/Llama-3.1-8B"}
-    # (the samples are rated concurrently: find the first sample's prompt by its words)
-    first = [prompt_of(b) for b in bodies if "Add 2 and 2." in prompt_of(b)]
-    assert len(first) == 1 and first[0].endswith(
-        "\nInstruction: Add 2 and 2.\nResponse: 4\nThe answer is:"
-    )
+    # (any request: at concurrency 32 the two samples' requests may arrive in either order)
+    layout = "\nInstruction: Add 2 and 2.\nResponse: 4\nThe answer is:"
+    assert sum(prompt_of(b).endswith(layout) for b in bodies) == 1
     assert sum("does not exist here; using the shipped" in m for m in caplog.messages) == 1
 
 

@@ -85,6 +85,6 @@ def register_routes(register):
 
 @hookimpl
 def register_commands(cli):
-    from .commands import register
+    from .commands import elo
 
-    register(cli)
+    cli.add_command(elo)

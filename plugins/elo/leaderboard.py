@@ -35,6 +35,41 @@ class Options:
     anchor: tuple[str, float] | None = None
 
 
+def options_from(
+    settings: Any,
+    *,
+    method: str | None = None,
+    bootstrap: int | None = None,
+    seed: int | None = None,
+    k: float | None = None,
+    scale: float | None = None,
+    base: float | None = None,
+    initial: float | None = None,
+    anchor: str | None = None,
+) -> Options:
+    """Options from the values given (CLI flags, query parameters) over the elo_* settings."""
+
+    def pick(value: Any, name: str) -> Any:
+        return settings[name] if value is None else value
+
+    params = EloParams(
+        k=pick(k, "elo_k"),
+        scale=pick(scale, "elo_scale"),
+        base=pick(base, "elo_base"),
+        initial=pick(initial, "elo_initial"),
+    )
+    if params.scale <= 0 or params.base <= 1 or params.k < 0:
+        raise LmdError("The scale must be positive, the base above 1 and K at least 0.")
+    seed = pick(seed, "elo_seed")
+    return Options(
+        method=pick(method, "elo_method"),
+        params=params,
+        bootstrap=pick(bootstrap, "elo_bootstrap_rounds"),
+        seed=None if seed is not None and seed < 0 else seed,
+        anchor=parse_anchor(anchor),
+    )
+
+
 def parse_anchor(text: str | None) -> tuple[str, float] | None:
     """'MODEL=RATING' -> (model, rating)."""
     if not text:

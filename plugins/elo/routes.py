@@ -9,7 +9,7 @@ from daemon.errors import LmdError
 
 
 def _options(request: Any, settings: Any) -> Any:
-    from .commands import _options as build
+    from .leaderboard import options_from
 
     q = request.query_params
 
@@ -27,16 +27,13 @@ def _options(request: Any, settings: Any) -> Any:
     bootstrap = number("bootstrap", int)
     if bootstrap is not None and not 0 <= bootstrap <= settings.spec("elo_bootstrap_rounds").max:
         raise LmdError("bootstrap must be from 0 to 100000 rounds.")
-    return build(
+    return options_from(
         settings,
-        method,
-        bootstrap,
-        number("seed", int),
-        number("k", float),
-        None,
-        None,
-        None,
-        q.get("anchor"),
+        method=method,
+        bootstrap=bootstrap,
+        seed=number("seed", int),
+        k=number("k", float),
+        anchor=q.get("anchor"),
     )
 
 

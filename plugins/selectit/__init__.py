@@ -25,6 +25,6 @@ def register_routes(register):
 
 @hookimpl
 def register_commands(cli):
-    from .command import selectit_command
+    from .command import selectit_group
 
-    cli.add_command(selectit_command)
+    cli.add_command(selectit_group)

@@ -1,4 +1,5 @@
-"""`lmd selectit`: score a dataset, resumably, and optionally keep its best fraction."""
+"""`lmd selectit`: score a dataset (here or on Ray, whole or one part), resumably; merge the
+parts of a sharded run; keep the best fraction."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from daemon.paths import refuse_overwrite
 from daemon.words import plural
 
 
-def default_output(dataset: Path, scorer: str | None = None) -> Path:
+def default_output(dataset: Path, scorer: str | None = None, part: Any = None) -> Path:
     """alpaca.jsonl -> alpaca.selectit.jsonl beside the input; a `name` from the YAML file
-    names it instead: alpaca.SelectitTokenScorer.jsonl."""
+    names it instead: alpaca.SelectitTokenScorer.jsonl; part 2/4: alpaca.selectit.2-of-4.jsonl."""
     from .output import file_part
 
     name = dataset.name
@@ -25,7 +26,8 @@ def default_output(dataset: Path, scorer: str | None = None) -> Path:
         if name.lower().endswith(suffix):
             name = name[: -len(suffix)]
             break
-    return dataset.with_name(f"{name}.{file_part(scorer) if scorer else 'selectit'}.jsonl")
+    middle = f".{part.index}-of-{part.count}" if part is not None else ""
+    return dataset.with_name(f"{name}.{file_part(scorer) if scorer else 'selectit'}{middle}.jsonl")
 
 
 def check_paths(dataset: Path, output: Path, select_out: Path | None) -> None:
@@ -40,7 +42,29 @@ def check_paths(dataset: Path, output: Path, select_out: Path | None) -> None:
         )
 
 
-@click.command("selectit")
+class SelectitGroup(click.Group):
+    """`lmd selectit DATASET ...` scores (the `score` subcommand, implied); `lmd selectit
+    merge OUT PART...` merges the parts of a sharded run."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] != "--help":
+            args = ["score", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(
+    "selectit",
+    cls=SelectitGroup,
+    options_metavar="",
+    subcommand_metavar="DATASET [OPTIONS] | merge OUT PART... [OPTIONS]",
+)
+def selectit_group() -> None:
+    """Score instruction data with SelectIT: `lmd selectit DATASET [OPTIONS]` (the same as
+    `lmd selectit score DATASET`), or join the parts of a sharded run with `lmd selectit
+    merge`."""
+
+
+@selectit_group.command("score")
 @click.argument("dataset", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Scores file (JSONL).")
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML config.")
@@ -64,6 +88,21 @@ def check_paths(dataset: Path, output: Path, select_out: Path | None) -> None:
 @click.option("--force", is_flag=True, help="Let --select-out replace an existing file.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a tty).")
 @click.option(
+    "--shard",
+    metavar="I/N",
+    help="Score only part I of N (by a hash of the id); join the parts with `merge`.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="ray: the transformers rater in a Ray actor pool (pip install 'lmd[ray]').",
+)
+@click.option("--address", help="Ray cluster: auto, or ray://HOST:10001 (default: a local Ray).")
+@click.option("--workers", type=int, help="Ray workers, one model each (default: the CPUs).")
+@click.option("--gpus-per-worker", type=float, help="GPUs per Ray worker (default 0).")
+@click.option(
     "--home",
     type=click.Path(file_okay=False, path_type=Path),
     envvar="LMD_HOME",
@@ -74,27 +113,90 @@ def selectit_command(**opts: Any) -> None:
 
     Writes {"id", "score"} lines to -o as it goes; running the same command again resumes.
     """
-    try:
-        code = run(**opts)
-    except LmdError as e:
-        click.echo(e.message, err=True)
-        sys.exit(1)
-    sys.exit(code)
+    sys.exit(run(**opts))
+
+
+@selectit_group.command("merge")
+@click.argument("output", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("parts", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--dataset",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The dataset the parts read, when it has moved since.",
+)
+@click.option("--top", "top_fraction", type=float, help="Keep the best FRACTION (0-1].")
+@click.option("--select-out", type=click.Path(path_type=Path), help="Where --top writes.")
+@click.option("--force", is_flag=True, help="Replace OUTPUT (and --select-out) if they exist.")
+def merge_command(
+    output: Path,
+    parts: tuple[Path, ...],
+    dataset: Path | None,
+    top_fraction: float | None,
+    select_out: Path | None,
+    force: bool,
+) -> None:
+    """Join the parts of `lmd selectit DATASET --shard I/N` runs into OUTPUT: the same file
+    one run over the whole dataset writes. Every id must be in exactly one part."""
+    from .shards import merge_parts
+
+    check_top(top_fraction, select_out)
+    refuse_overwrite(select_out, force)
+    data, done, count = merge_parts(output, list(parts), dataset, force)
+    click.echo(f"selectit: merged {count} parts, {len(data.samples)} scores in {output}.", err=True)
+    if top_fraction is not None:
+        kept = select_best(data, done, top_fraction, select_out)
+        click.echo(f"selectit: kept the best {kept} records in {select_out}.", err=True)
+
+
+def check_top(top_fraction: float | None, select_out: Path | None) -> None:
+    if top_fraction is not None and not 0 < top_fraction <= 1:
+        raise LmdError(f"--top must be a fraction above 0 and at most 1, not {top_fraction}.")
+    if (top_fraction is None) != (select_out is None):
+        raise LmdError(
+            "--top and --select-out go together: give both, e.g. --top 0.2 --select-out best.jsonl."
+        )
+
+
+def check_engine(o: dict, backend: str) -> Any:
+    """The Ray plan for --engine ray (None for local); Ray flags without it are refused."""
+    names = ("address", "workers", "gpus_per_worker")
+    given = ["--" + k.replace("_", "-") for k in names if o[k] is not None]
+    if o["engine"] != "ray":
+        if given:
+            raise LmdError(f"{', '.join(given)} go with --engine ray; add it or drop them.")
+        return None
+    if backend != "transformers":
+        raise LmdError(
+            "--engine ray runs a local model (--backend transformers); the openai backend "
+            "scales with --concurrency, several servers behind one endpoint, and --shard "
+            "(see docs/scaling.md)."
+        )
+    if o["workers"] is not None and o["workers"] < 1:
+        raise LmdError(f"--workers must be at least 1, not {o['workers']}.")
+    gpus = o["gpus_per_worker"] or 0.0
+    if gpus < 0 or not math.isfinite(gpus):
+        raise LmdError(f"--gpus-per-worker must be 0 or more, not {o['gpus_per_worker']}.")
+    from .ray_engine import RayPlan
+
+    return RayPlan(o["address"] or None, o["workers"], gpus)
 
 
 def run(**o: Any) -> int:
     from daemon.cli import open_daemon_state
+    from daemon.shards import parse_shard
 
     from .config import load_yaml, resolve
     from .datasets import parse_fields, read_dataset
     from .output import ScoresFile, summary
     from .prompts import choose_templates, load_templates
+    from .shards import run_record
 
-    if o["top_fraction"] is not None and not 0 < o["top_fraction"] <= 1:
-        raise LmdError(f"--top must be a fraction above 0 and at most 1, not {o['top_fraction']}.")
-    if (o["top_fraction"] is None) != (o["select_out"] is None):
+    check_top(o["top_fraction"], o["select_out"])
+    part = parse_shard(o["shard"])
+    if part is not None and o["top_fraction"] is not None:
         raise LmdError(
-            "--top and --select-out go together: give both, e.g. --top 0.2 --select-out best.jsonl."
+            "--top selects from the whole dataset; give it to `lmd selectit merge` once every "
+            "part is done."
         )
     _, store, settings = open_daemon_state(o["home"])
     store.close()
@@ -102,6 +204,7 @@ def run(**o: Any) -> int:
     keys = ("k", "alpha", "rp_file", "model", "max_length", "batch_size", "backend", "api")
     keys += ("concurrency", "top_logprobs", "device", "fallback_model")
     cfg = resolve(settings, file_values, {key: o[key] for key in keys})
+    plan = check_engine(o, cfg.backend)
     all_templates = load_templates(cfg.rp_file or None)
     templates = choose_templates(all_templates, cfg.k)
     dataset = read_dataset(o["dataset"], parse_fields(o["fields"]), o["skip_bad_lines"])
@@ -113,22 +216,30 @@ def run(**o: Any) -> int:
             f"(lines {shown}{more}).",
             err=True,
         )
-    output = o["output"] or default_output(o["dataset"], file_values.get("name"))
+    output = o["output"] or default_output(o["dataset"], file_values.get("name"), part)
     check_paths(o["dataset"], output, o["select_out"])
     refuse_overwrite(o["select_out"], o["force"])
     scores = ScoresFile(output)
     before = len(scores.load())
-    scores.check_run(fingerprint(cfg, settings, all_templates))
-    todo = [s for s in dataset.samples if s.key not in scores.done]
+    scores.check_run(
+        fingerprint(cfg, settings, all_templates, part),
+        run_record(o["dataset"], o["fields"], o["skip_bad_lines"], o["details"]),
+    )
+    samples = [s for s in dataset.samples if part is None or part.owns(s.key)]
+    todo = [s for s in samples if s.key not in scores.done]
     progress = sys.stderr.isatty() if o["progress"] is None else o["progress"]
     started = time.monotonic()
     stats = {"scored": 0, "bounded": 0, "unrated": 0, "truncated": 0, "removed": 0, "skipped": 0}
+    failed: list = []  # (sample, why): --engine ray reports a sample it could not rate
     import asyncio  # here, not at the top: `lmd --help` imports this module
 
     try:
-        asyncio.run(
-            score_into(todo, templates, cfg, settings, scores, o["details"], progress, stats)
-        )
+        if plan is None:
+            asyncio.run(
+                score_into(todo, templates, cfg, settings, scores, o["details"], progress, stats)
+            )
+        else:
+            failed = score_on_ray(todo, templates, cfg, plan, scores, o["details"], progress, stats)
     except KeyboardInterrupt:
         scores.close()
         click.echo(
@@ -145,12 +256,20 @@ def run(**o: Any) -> int:
             f"{e.message} {saved(len(scores.done))} in {output}; run the same command "
             "again to resume."
         ) from None
-    scores.put_in_order(s.key for s in dataset.samples)
-    missing = sum(not s.valid for s in dataset.samples)
-    for line in summary(
-        cfg, stats, len(dataset.samples), before, missing, time.monotonic() - started, output
-    ):
+    scores.put_in_order(s.key for s in samples)
+    missing = sum(not s.valid for s in samples)
+    elapsed = time.monotonic() - started
+    for line in summary(cfg, stats, len(samples), before, missing, elapsed, output, part):
         click.echo(line, err=True)
+    if failed:
+        sample, why = failed[0]
+        if len({w for _, w in failed}) == 1 and len(failed) == sum(s.valid for s in todo):
+            raise LmdError(why)  # one cause for everything (the model did not load): say it once
+        raise LmdError(
+            f"{plural(len(failed), 'sample')} could not be scored and "
+            f"{'is' if len(failed) == 1 else 'are'} not in {output} (first: id {sample.key}: "
+            f"{why}); run the same command again to retry them."
+        )
     if o["top_fraction"] is not None:
         kept = select_best(dataset, scores.done, o["top_fraction"], o["select_out"])
         click.echo(
@@ -187,12 +306,7 @@ async def score_into(
     try:
         async for result in score_samples(todo, templates, cfg.alpha, rater):
             scores.append(result.to_json(details))
-            stats["scored"] += 1
-            stats["bounded"] += sum(r.absent for r in result.ratings)
-            stats["unrated"] += sum(r.absent == len(r.probs) for r in result.ratings)
-            stats["truncated"] += result.truncated
-            stats["removed"] += sum(result.removed)
-            stats["skipped"] += result.skipped is not None
+            count(stats, result)
             bar.update(1)
     finally:
         bar.close()
@@ -200,10 +314,55 @@ async def score_into(
             await rater.llm.close()
 
 
-def fingerprint(cfg: Any, settings: Any, templates: list[str]) -> dict:
-    """What decides the numbers (templates: the whole prompt file): a resume must match."""
+def count(stats: dict, result: Any) -> None:
+    """A written result in the run's summary counts."""
+    stats["scored"] += 1
+    stats["bounded"] += sum(r.absent for r in result.ratings)
+    stats["unrated"] += sum(r.absent == len(r.probs) for r in result.ratings)
+    stats["truncated"] += result.truncated
+    stats["removed"] += sum(result.removed)
+    stats["skipped"] += result.skipped is not None
+
+
+def score_on_ray(
+    todo: list,
+    templates: list[str],
+    cfg: Any,
+    plan: Any,
+    scores: Any,
+    details: bool,
+    progress: bool,
+    stats: dict,
+) -> list:
+    """Score `todo` on Ray: invalid samples here at once, the rest in the actor pool.
+    Returns the (sample, why) of samples that could not be rated (not written)."""
+    from .engine import Result
+    from .ray_engine import score_with_ray
+    from .scoring import DEFAULT_SCORE
+
+    def keep(result: Any) -> None:
+        scores.append(result.to_json(details))
+        count(stats, result)
+
+    for s in todo:
+        if not s.valid:
+            keep(Result(s.id, DEFAULT_SCORE, False))
+    run = score_with_ray([s for s in todo if s.valid], templates, cfg, plan, keep, progress)
+    if run.workers:
+        click.echo(
+            f"selectit: Ray scored with {plural(run.workers, 'worker')}, batches of "
+            f"{run.batch_size}.",
+            err=True,
+        )
+    return run.failures or []
+
+
+def fingerprint(cfg: Any, settings: Any, templates: list[str], part: Any = None) -> dict:
+    """What decides the numbers (templates: the whole prompt file) and which samples: a
+    resume must match."""
     import hashlib
 
+    from .output import WHOLE
     from .raters import local_model, openai_model
 
     local = cfg.backend == "transformers"
@@ -214,6 +373,7 @@ def fingerprint(cfg: Any, settings: Any, templates: list[str]) -> dict:
     }
     out.update({"k": cfg.k, "alpha": cfg.alpha, "prompts": prompts, "max_length": cfg.max_length})
     out.update({} if local else {"api": cfg.api})
+    out["shard"] = str(part) if part is not None else WHOLE
     return out
 
 

@@ -75,8 +75,13 @@ def fitted_prompts(
 
 
 def combine(sample: Sample, ratings: list[Rating], alpha: float, prompts: list[Prompt]) -> Result:
+    return rated(sample, ratings, alpha, [p.removed for p in prompts])
+
+
+def rated(sample: Sample, ratings: list[Rating], alpha: float, removed: list[int]) -> Result:
+    """The Result of a rated sample; `removed`: sample tokens cut from each prompt."""
     score = final_score([r.score for r in ratings], alpha)
-    return Result(sample.id, score, True, ratings, [p.removed for p in prompts])
+    return Result(sample.id, score, True, ratings, removed)
 
 
 async def score_samples(

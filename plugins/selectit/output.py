@@ -17,17 +17,34 @@ from daemon.errors import LmdError
 
 from .datasets import id_key
 
+WHOLE = "all"  # the shard of a run over the whole dataset
+
 
 class ScoresFile:
-    """An append-only JSONL file of {"id", "score", ...} records keyed by id."""
+    """An append-only JSONL file of {"id", "score", ...} records keyed by id.
 
-    def __init__(self, path: str | Path) -> None:
+    `role` names the file in sentences: "output file" (a run's -o) or "part" (a shard's
+    output given to merge, which only reads it).
+    """
+
+    def __init__(self, path: str | Path, role: str = "output file") -> None:
         self.path = Path(path)
+        self.role = role
         self.done: dict[str, dict] = {}
+        self.repeated: list[str] = []  # ids found on more than one line
         self._fh: IO[str] | None = None
 
-    def load(self) -> dict[str, dict]:
-        """Records already scored; a torn last line (a crash mid-write) is cut off."""
+    def _not_ours(self, why: str) -> LmdError:
+        fix = (
+            "give another -o"
+            if self.role == "output file"
+            else "give the files written by `lmd selectit --shard I/N`"
+        )
+        return LmdError(f"The {self.role} {self.path} is not a scores file ({why}); {fix}.")
+
+    def load(self, repair: bool = True) -> dict[str, dict]:
+        """Records already scored. A torn last line (a crash mid-write) is cut off, or, with
+        `repair` False (merge reads parts it must not change), refused."""
         if not self.path.exists():
             return self.done
         raw = self.path.read_bytes()
@@ -37,17 +54,18 @@ class ScoresFile:
             tail = raw[cut:]
             if not (tail.startswith(b'{"id"') or b'{"id"'.startswith(tail)):
                 # not a record torn by a crash: this is someone else's file, leave it whole
+                raise self._not_ours("its last line is not a score record")
+            if not repair:
                 raise LmdError(
-                    f"The output file {self.path} is not a scores file (its last line is not a "
-                    "score record); give another -o."
+                    f"The {self.role} {self.path} ends in a cut-off line: its run was stopped "
+                    "mid-write. Run that part again (it resumes and repairs the file), then "
+                    "merge."
                 )
             raw = raw[:cut]
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise LmdError(
-                f"The output file {self.path} is not a scores file (not UTF-8); give another -o."
-            ) from None
+            raise self._not_ours("not UTF-8") from None
         for number, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue
@@ -56,11 +74,16 @@ class ScoresFile:
             except json.JSONDecodeError:
                 row = None
             if not isinstance(row, dict) or "id" not in row or "score" not in row:
+                fix = "give another -o, or delete the file to start over"
+                if self.role != "output file":
+                    fix = "give the files written by `lmd selectit --shard I/N`"
                 raise LmdError(
-                    f"Line {number} of the output file {self.path} is not a score record; "
-                    "give another -o, or delete the file to start over."
+                    f"Line {number} of the {self.role} {self.path} is not a score record; {fix}."
                 )
-            self.done[id_key(row["id"])] = row
+            key = id_key(row["id"])
+            if key in self.done:
+                self.repeated.append(key)
+            self.done[key] = row
         if cut < self.path.stat().st_size:  # only now, once the file is known to be ours
             with self.path.open("r+b") as fh:
                 fh.truncate(cut)
@@ -70,15 +93,20 @@ class ScoresFile:
     def meta_path(self) -> Path:
         return self.path.with_name(self.path.name + ".meta.json")
 
-    def check_run(self, fingerprint: dict) -> None:
-        """Refuse to resume scores made with other settings; then remember this run's."""
-        old = None
-        if self.done and self.meta_path.exists():
-            try:
-                old = json.loads(self.meta_path.read_text(encoding="utf-8"))
-            except (ValueError, OSError):
-                old = None
-        if isinstance(old, dict):
+    def read_meta(self) -> dict | None:
+        """The run record beside the file (settings, shard, dataset), None when absent."""
+        try:
+            meta = json.loads(self.meta_path.read_text(encoding="utf-8"))
+        except (ValueError, OSError):
+            return None
+        return meta if isinstance(meta, dict) else None
+
+    def check_run(self, fingerprint: dict, record: dict | None = None) -> None:
+        """Refuse to resume scores made with other settings (or another shard); then remember
+        this run's fingerprint and `record` (what merge needs: the dataset, --details)."""
+        old = self.read_meta() if self.done else None
+        if old is not None:
+            old.setdefault("shard", WHOLE)  # written before shards existed: a whole run
             changed = [
                 f"{key} {old[key]!r} then, {value!r} now"
                 for key, value in fingerprint.items()
@@ -89,12 +117,17 @@ class ScoresFile:
                     f"{self.path} was started with other settings ({'; '.join(changed)}); use "
                     f"another -o, or delete it and {self.meta_path.name} to start over."
                 )
+        self.write_meta({**fingerprint, **(record or {})})
+
+    def write_meta(self, meta: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.meta_path.with_name(self.meta_path.name + ".tmp")
-        tmp.write_text(json.dumps(fingerprint, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(meta, ensure_ascii=False) + "\n", encoding="utf-8")
         os.replace(tmp, self.meta_path)
 
     def append(self, row: dict) -> None:
+        if id_key(row["id"]) in self.done:
+            return  # a retried batch (Ray) may deliver a sample again: the file keeps one
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = self.path.open("a", encoding="utf-8")
@@ -114,11 +147,16 @@ class ScoresFile:
         rows = [self.done[k] for k in order if k in self.done]
         listed = set(order)
         rows += [row for k, row in self.done.items() if k not in listed]
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as fh:
-            for row in rows:
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(tmp, self.path)
+        write_rows(self.path, rows)
+
+
+def write_rows(path: Path, rows: Iterable[dict]) -> None:
+    """The scores file's final form, written beside it and renamed over it."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
 
 
 def write_records(path: str | Path, records: list[Any], as_array: bool) -> None:
@@ -149,13 +187,15 @@ def summary(
     missing: int,
     elapsed: float,
     output: Path,
+    part: Any = None,
 ) -> list[str]:
     """The lines said at the end of a run: counts, shortened and skipped samples, warnings."""
     from daemon.words import plural
 
     rate = stats["scored"] / elapsed if elapsed > 0 else 0.0
+    where = f"part {part}: " if part is not None else ""
     line = (
-        f"selectit: {cfg.name}: {plural(samples, 'sample')}, {stats['scored']} scored now "
+        f"selectit: {cfg.name}: {where}{plural(samples, 'sample')}, {stats['scored']} scored now "
         f"({rate:.1f}/s), {before} from an earlier run; {missing} missing instruction or "
         "output scored 3.0"
     )

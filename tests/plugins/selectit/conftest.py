@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -48,3 +49,18 @@ def run_cli(home: Path, *args: str):
     return CliRunner().invoke(
         cli, ["selectit", *map(str, args), "--home", str(home)], catch_exceptions=False
     )
+
+
+TASK = re.compile(r"Do task (\d+)\.")
+
+
+def task_handler(body: dict) -> Reply:
+    """P("5") = (n % 5 + 1) / 10 for task n, the rest on " 4": the score is 4 + P("5")."""
+    n = int(TASK.search(prompt_of(body)).group(1))
+    p5 = (n % 5 + 1) / 10
+    return dist_reply({" 5": p5, "4": 1 - p5})
+
+
+def asked_tasks(backend) -> list[int]:
+    """The task numbers of the rating requests the backend received, in arrival order."""
+    return [int(TASK.search(prompt_of(r.body)).group(1)) for r in backend.requests]

@@ -23,16 +23,16 @@ from plugins.selectit.prompts import BUILTIN_FILE, build_prompt, load_templates
 from tests.daemons import ROOT, configure
 from tests.fake_backend import Reply
 
-from .conftest import alpaca, dist_reply, prompt_of, read_jsonl, run_cli, write_jsonl
-
-TASK = re.compile(r"Do task (\d+)\.")
-
-
-def task_handler(body: dict) -> Reply:
-    """P("5") = (n % 5 + 1) / 10 for task n, the rest on " 4": the score is 4 + P("5")."""
-    n = int(TASK.search(prompt_of(body)).group(1))
-    p5 = (n % 5 + 1) / 10
-    return dist_reply({" 5": p5, "4": 1 - p5})
+from .conftest import (
+    TASK,
+    alpaca,
+    dist_reply,
+    prompt_of,
+    read_jsonl,
+    run_cli,
+    task_handler,
+    write_jsonl,
+)
 
 
 def expected_task_score(n: int) -> float:
