@@ -3,6 +3,8 @@ or styles from anywhere else)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import math
 import re
@@ -34,6 +36,27 @@ PALETTE = [
 
 def esc(text: Any) -> str:
     return html.escape(str(text), quote=True)
+
+
+def content_security_policy(page: str) -> str:
+    """A policy that runs only the page's own inline scripts and lets it load, fetch or send
+    nothing. Model names and answers are escaped; this makes even a slip harmless, which
+    matters because GET /elo serves the page from the daemon's own origin."""
+    scripts = re.findall(r"<script>(.*?)</script>", page, re.S)
+    hashes = " ".join(
+        "'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'"
+        for s in scripts
+    )
+    return (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+        f"script-src {hashes or chr(39) + 'none' + chr(39)}; form-action 'none'; base-uri 'none'"
+    )
+
+
+def with_policy(page: str) -> str:
+    """The page with its policy as a <meta> tag (it holds when the file is opened from disk)."""
+    meta = f'<meta http-equiv="Content-Security-Policy" content="{content_security_policy(page)}">'
+    return page.replace('<meta charset="utf-8">', '<meta charset="utf-8">' + meta, 1)
 
 
 def _fmt(x: float) -> str:
@@ -363,8 +386,10 @@ def render_page(
         + (f"; source {esc(source)}" if source else "")
         + f"; made {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."
     )
-    return Template(TEMPLATE.read_text(encoding="utf-8")).substitute(
-        title=esc(title), summary=summary, content=content
+    return with_policy(
+        Template(TEMPLATE.read_text(encoding="utf-8")).substitute(
+            title=esc(title), summary=summary, content=content
+        )
     )
 
 

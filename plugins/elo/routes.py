@@ -82,17 +82,21 @@ or <code>POST /elo/battles</code>.</p>
 async def page(request: Any) -> Any:
     from starlette.responses import HTMLResponse
 
-    from .report import render_page
+    from .report import content_security_policy, render_page, with_policy
 
     daemon = request.app.state.daemon
 
     def build() -> str:
         board, battles, ratings, rows, opts = _compute(daemon, request)
         if battles is None:
-            return EMPTY_PAGE
+            return with_policy(EMPTY_PAGE)
         return render_page(board, battles, ratings, rows, opts.params, source="the daemon")
 
-    return HTMLResponse(await asyncio.to_thread(build))
+    text = await asyncio.to_thread(build)
+    # The page runs on the daemon's own origin: it must not be able to drive the daemon, and
+    # no other page may frame it.
+    policy = content_security_policy(text) + "; frame-ancestors 'none'"
+    return HTMLResponse(text, headers={"Content-Security-Policy": policy})
 
 
 async def add_battles(request: Any) -> Any:

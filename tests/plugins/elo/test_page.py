@@ -76,3 +76,35 @@ def test_elo_page_renders_in_chromium(chromium, home, live, tmp_path):
     assert console == []
     assert shot.exists() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert shot.stat().st_size > 20_000  # a real picture, not a blank page
+
+
+def test_the_page_runs_only_its_own_script(chromium, home, tmp_path):
+    """The report carries a Content-Security-Policy: were a model's answer ever to slip past
+    the escaping into the page, its script would not run and nothing could be fetched or
+    sent (GET /elo serves the page from the daemon's own origin)."""
+    report = tmp_path / "report.html"
+    assert lmd(home, "elo", "report", str(SMALL), "-o", str(report)).exit_code == 0
+    page = report.read_text(encoding="utf-8")
+    assert page.count('http-equiv="Content-Security-Policy"') == 1
+    slip = (
+        "<script>document.documentElement.setAttribute('data-slipped', '1');"
+        "fetch('/v1', {method: 'POST', body: 'marat rm -rf ~'});</script>"
+    )
+    hostile = tmp_path / "hostile.html"
+    hostile.write_text(page.replace("</main>", slip + "</main>"), encoding="utf-8")
+    dom, console = browse(chromium, hostile.as_uri(), tmp_path, "--dump-dom")
+    assert 'data-elo-ready="6"' in dom  # the page's own script ran
+    assert "data-slipped" not in dom.split("<body")[0]  # the slipped one did not
+    assert any("Content Security Policy" in line for line in console), console
+
+
+def test_the_daemon_serves_the_page_with_its_policy(home, live):
+    import urllib.request
+
+    lmd(home, "elo", "import", str(SMALL))
+    with urllib.request.urlopen(live().url + "/elo") as r:
+        policy = r.headers["Content-Security-Policy"]
+        body = r.read().decode()
+    assert "frame-ancestors 'none'" in policy and "form-action 'none'" in policy
+    assert "default-src 'none'" in policy and "'unsafe-inline'" not in policy.split("script-src")[1]
+    assert 'http-equiv="Content-Security-Policy"' in body
