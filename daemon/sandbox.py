@@ -53,6 +53,7 @@ SECRET_HOME_PATHS = (
     ".mozilla",
     ".config/google-chrome",
     ".config/chromium",
+    ".config/lmd",  # `lmd service install`'s environment file holds OPENAI_API_KEY
 )
 
 # Environment variables that must never reach a command, whatever the passthrough says.

@@ -105,6 +105,7 @@ def test_hidden_paths_cover_secret_places_and_both_ends_of_a_symlink(tmp_path, m
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     (home / ".aws").mkdir()
+    (home / ".config" / "lmd").mkdir(parents=True)  # the service's env file: the API key
     real_kube = tmp_path / "elsewhere-kube"
     real_kube.mkdir()
     (home / ".kube").symlink_to(real_kube)
@@ -116,6 +117,7 @@ def test_hidden_paths_cover_secret_places_and_both_ends_of_a_symlink(tmp_path, m
     for p in (
         home / ".ssh",
         home / ".aws",
+        home / ".config" / "lmd",
         home / ".kube",
         real_kube,
         extra,
