@@ -12,24 +12,40 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import IN_PROCESS, LiveDaemon, configure
+from tests.daemons import IN_PROCESS, LiveDaemon, bwrap_reason, configure
 from tests.fake_backend import FakeBackend
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `bwrap` run the real sandbox: skip them, saying why, where none can be had."""
+    marked = [item for item in items if item.get_closest_marker("bwrap")]
+    reason = bwrap_reason() if marked else None
+    for item in marked if reason else ():
+        item.add_marker(pytest.mark.skip(reason=reason))
+
+
+FOREIGN_ENV = ("ENSEMBLE", "AGGREGATION", "THINKING", "SERVER_URL", "API_TOKEN", "MODEL")
+
+
+def _clean(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith(("LMD_", "OPENAI_")) or name in FOREIGN_ENV:
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LMD_TOKENIZER", "estimate")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def clean_session_env() -> Iterator[None]:
+    """Daemons shared by a module start before any test's own clean_env: clean for them too."""
+    with pytest.MonkeyPatch.context() as mp:
+        _clean(mp)
+        yield
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test sees the developer's keys, daemon or settings overrides."""
-    for name in list(os.environ):
-        if name.startswith(("LMD_", "OPENAI_")) or name in (
-            "ENSEMBLE",
-            "AGGREGATION",
-            "THINKING",
-            "SERVER_URL",
-            "API_TOKEN",
-            "MODEL",
-        ):
-            monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LMD_TOKENIZER", "estimate")
+    _clean(monkeypatch)
 
 
 @pytest.fixture
@@ -39,10 +55,23 @@ def backend() -> Iterator[FakeBackend]:
     b.stop()
 
 
+@pytest.fixture(scope="module")
+def module_backend() -> Iterator[FakeBackend]:
+    """One backend for a module's tests that share a live daemon (`shared_daemon`); such a
+    module overrides `backend` with `shared_backend`, which resets it before each test."""
+    b = FakeBackend().start()
+    yield b
+    b.stop()
+
+
 @pytest.fixture
-def home(tmp_path: Path, backend: FakeBackend) -> Path:
-    """An LMD_HOME whose settings point at the fake backend, with no retries."""
-    h = tmp_path / "lmd-home"
+def shared_backend(module_backend: FakeBackend) -> FakeBackend:
+    module_backend.reset()
+    return module_backend
+
+
+def configure_home(h: Path, backend: FakeBackend) -> Path:
+    """Settings that point at the fake backend, with no retries."""
     configure(
         h,
         openai_chat_endpoint=backend.url,
@@ -51,6 +80,23 @@ def home(tmp_path: Path, backend: FakeBackend) -> Path:
         llm_timeout_secs=10,
     )
     return h
+
+
+@pytest.fixture
+def home(tmp_path: Path, backend: FakeBackend) -> Path:
+    """An LMD_HOME whose settings point at the fake backend, with no retries."""
+    return configure_home(tmp_path / "lmd-home", backend)
+
+
+@pytest.fixture(scope="module")
+def shared_daemon(tmp_path_factory: pytest.TempPathFactory, module_backend: FakeBackend):
+    """A live daemon on `module_backend` shared by a module's tests: for tests that only talk
+    to it (each in its own session), where a daemon per test proves nothing more."""
+    h = configure_home(tmp_path_factory.mktemp("shared") / "lmd-home", module_backend)
+    d = LiveDaemon(h, {"LMD_TOKENIZER": "estimate"})
+    yield d
+    d.stop()
+    d.log.close()
 
 
 @pytest.fixture

@@ -67,6 +67,14 @@ class FakeBackend:
     """The server. Replies come from `handler(body)` if set, else the queue, else `default`."""
 
     def __init__(self, models: list[str] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.reset(models)
+
+    def reset(self, models: list[str] | None = None) -> None:
+        """Back to a fresh backend's script and record (the server keeps running): a backend
+        shared by a module's tests is reset before each of them."""
         self.models = models or ["fake-model"]
         self.requests: list[Recorded] = []
         self.default = Reply("ok")
@@ -76,9 +84,6 @@ class FakeBackend:
         self.ignore_n = False  # answer n > 1 with one choice, as some servers do
         self.latency = 0.0  # added to every reply
         self._queue: deque[Reply] = deque()
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
         self.active = 0
         self.max_active = 0
 

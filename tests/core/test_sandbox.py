@@ -19,7 +19,7 @@ import pytest
 from daemon import sandbox
 from daemon.runner import REDACTED, redact, run_command
 from daemon.sandbox import Limits, Policy
-from tests.sandbox_helpers import needs_bwrap, processes_with
+from tests.daemons import processes_with
 
 
 def policy(tmp_path: Path, **kw) -> Policy:
@@ -155,7 +155,7 @@ def test_detection_when_bwrap_cannot_build_namespaces(tmp_path, monkeypatch):
     assert "Docker" in found.remedy and "unprivileged_userns_clone" in found.remedy
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_detection_with_the_real_bwrap():
     found = sandbox.detect(refresh=True)
     assert found.available and found.binary and os.path.isabs(found.binary)
@@ -243,7 +243,7 @@ def test_seccomp_filter_decisions(machine, arch, nr):
 
 
 # -- running for real -----------------------------------------------------------------------------
-@needs_bwrap
+@pytest.mark.bwrap
 def test_read_only_no_network_private_tmp_fresh_proc(tmp_path):
     (tmp_path / "f.txt").write_text("hello\n")
     r = run(
@@ -261,7 +261,7 @@ def test_read_only_no_network_private_tmp_fresh_proc(tmp_path):
     assert r.blocked == "the file system is read-only there"
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_unix_sockets_refused_socketpair_fine(tmp_path):
     script = (
         "import socket\n"
@@ -274,7 +274,7 @@ def test_unix_sockets_refused_socketpair_fine(tmp_path):
     assert "pair ok" in r.output and "unix 97" in r.output
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_hidden_places_are_empty_and_read_only(tmp_path):
     ssh = tmp_path / ".ssh"
     ssh.mkdir()
@@ -289,7 +289,7 @@ def test_hidden_places_are_empty_and_read_only(tmp_path):
     assert sorted(os.listdir(ssh)) == ["id_rsa"]
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_workspace_write_writes_only_the_workspace(tmp_path):
     work = tmp_path / "work"
     (work / ".git").mkdir(parents=True)
@@ -306,7 +306,7 @@ def test_workspace_write_writes_only_the_workspace(tmp_path):
     assert r.output.count("Read-only file system") == 2 and r.sandbox == "workspace-write"
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_memory_file_size_and_cpu_limits_bite(tmp_path):
     lim = Limits(memory_mb=200, cpu_secs=1, file_size_mb=1, max_processes=64)
     pol = policy(tmp_path, limits=lim)
@@ -321,7 +321,7 @@ def test_memory_file_size_and_cpu_limits_bite(tmp_path):
     assert r.blocked == "it hit the CPU time limit"
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_process_limit_bites_for_this_user(tmp_path):
     if os.geteuid() == 0 and not sandbox.detect().pids_cgroup:
         pytest.skip("as root the process limit needs a pids cgroup, and none can be made here")
@@ -364,7 +364,7 @@ for s in outside:
 """
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_process_limit_is_per_sandbox_for_an_ordinary_user(request):
     """The kernel ignores RLIMIT_NPROC for root (hence the pids cgroup); for an ordinary user
     it counts per user namespace: the sandbox's own processes, not the user's 20 others."""
@@ -397,7 +397,7 @@ def test_process_limit_is_per_sandbox_for_an_ordinary_user(request):
     assert done.stdout.split("\n")[:2] == ["6 ran", "30 refused"]
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_timeout_kills_everything_in_the_sandbox(tmp_path):
     marker = "31.4159265"
     r = run(f"sleep {marker} & setsid sleep {marker} & nohup sleep {marker} & sleep 30", tmp_path,
@@ -415,7 +415,7 @@ def test_timeout_kills_everything_in_the_sandbox(tmp_path):
         assert [d for d in os.listdir(found.pids_cgroup) if d.startswith(mine)] == []
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_background_jobs_end_with_the_command(tmp_path):
     marker = "27.1828"
     r = run(f"(sleep {marker} &) ; nohup sleep {marker} >/dev/null 2>&1 & disown; echo left",

@@ -3,16 +3,17 @@ checked by tests/plugins/marat/test_sandbox_corpus.py on its live daemons)."""
 
 from __future__ import annotations
 
+import pytest
+
 from daemon import sandbox
 from plugins.clients.doctor import WARN, check_sandbox
-from tests.sandbox_helpers import needs_bwrap
 
 
 class Levels(dict):
     """The one setting check_sandbox reads."""
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_sandbox_found():
     found = check_sandbox(Levels(sandbox_level="read-only"))
     assert found.message.startswith("sandbox_level read-only: Commands that run without asking")

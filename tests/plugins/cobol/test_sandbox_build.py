@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from daemon import sandbox
-from tests.sandbox_helpers import needs_bwrap
 
 from .conftest import BUILD, FIX_ADD, make_repo
 
@@ -43,7 +42,7 @@ WRITES = (
 )
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_workspace_write_build_writes_inside_the_repository_and_nowhere_else(
     make_client, world, backend
 ):
@@ -66,7 +65,7 @@ def test_workspace_write_build_writes_inside_the_repository_and_nowhere_else(
     assert backend.chat_requests == []
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_compile_and_fix_in_the_sandbox_asks_nothing(make_client, world, backend):
     repo = world["repo"]
     c = make_client(cobol_build_command=BUILD, sandbox_level="workspace-write")
@@ -77,7 +76,7 @@ def test_compile_and_fix_in_the_sandbox_asks_nothing(make_client, world, backend
     assert "return a + b" in (repo / "calc.py").read_text()
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_a_build_the_sandbox_stopped_makes_the_next_one_ask_and_run_outside(make_client, world):
     repo = world["repo"]
     c = make_client(

@@ -12,7 +12,6 @@ import plugins.marat.safety as safety
 from daemon import sandbox
 from daemon.runner import REDACTED
 from plugins.marat.loop import decide
-from tests.sandbox_helpers import needs_bwrap
 
 from .conftest import GIT_ENV, action, final, make_projects, say
 
@@ -46,7 +45,7 @@ def trusting(monkeypatch):
 
 
 # -- the policy ----------------------------------------------------------------------------------
-@needs_bwrap
+@pytest.mark.bwrap
 @pytest.mark.parametrize(
     ("approval", "level", "command", "escalate", "expected"),
     [
@@ -77,7 +76,7 @@ def test_decide_without_a_sandbox_asks_and_says_why(no_sandbox):
 
 
 # -- end to end, in process -----------------------------------------------------------------------
-@needs_bwrap
+@pytest.mark.bwrap
 def test_read_only_commands_run_in_the_sandbox_and_the_audit_says_so(marat, backend, projects):
     backend.queue(action("ls && touch sneaky.txt"))
     # the classifier is honest: `touch` asks. A read-only command runs sandboxed:
@@ -95,7 +94,7 @@ def test_read_only_commands_run_in_the_sandbox_and_the_audit_says_so(marat, back
     )
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_a_command_the_sandbox_stopped_makes_the_next_one_ask(
     marat, backend, projects, trusting, monkeypatch
 ):
@@ -122,7 +121,7 @@ def test_a_command_the_sandbox_stopped_makes_the_next_one_ask(
     assert (row["approval"], row["answer"], row["sandbox"]) == ("user", "yes", "none")
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_approved_commands_get_the_clean_environment_and_redaction(
     make_client, backend, projects, monkeypatch
 ):
@@ -182,7 +181,7 @@ def test_never_runs_everything_unsandboxed(make_client, backend, projects):
     assert (row["approval"], row["sandbox"], row["sandbox_blocked"]) == ("never", "none", False)
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_cd_persists_through_the_sandbox(marat, backend, projects):
     backend.queue(action("cd .. && cd example"), final("Moved."))
     body = say(marat, "marat go to the example project").json()
@@ -192,7 +191,7 @@ def test_cd_persists_through_the_sandbox(marat, backend, projects):
     assert str(projects["repo"]) in say(marat, "marat where am I").json()["reply"]
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_history_commands_show_how_each_ran(marat, backend, projects, home):
     from daemon.cli import cli
 

@@ -34,9 +34,16 @@ from pathlib import Path
 import pytest
 
 from daemon import sandbox
-from tests.daemons import ROOT, LiveDaemon, configure, install_plugin
+from tests.daemons import (
+    ROOT,
+    Listener,
+    LiveDaemon,
+    configure,
+    install_plugin,
+    processes_with,
+    tree_hash,
+)
 from tests.fake_backend import FakeBackend, Reply
-from tests.sandbox_helpers import Listener, needs_bwrap, processes_with, tree_hash
 
 from .conftest import action, final
 
@@ -415,7 +422,7 @@ def test_the_corpus_covers_every_family():
     assert len({command for _, command in CORPUS}) == len(CORPUS)
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_default_settings_sandbox_what_runs_and_ask_for_the_rest(runs):
     replies, rows = runs["default"], runs["default_audit"]
     started = runs["sandboxed"].output()
@@ -438,7 +445,7 @@ def test_default_settings_sandbox_what_runs_and_ask_for_the_rest(runs):
                 assert asked(reply), reply["reply"]
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_forced_classifier_runs_everything_in_the_sandbox(runs):
     replies, rows = runs["forced"], runs["forced_audit"]
     assert not any(asked(r) for r in replies)
@@ -450,7 +457,7 @@ def test_forced_classifier_runs_everything_in_the_sandbox(runs):
     assert len(stopped) == len(blocked)
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_without_a_sandbox_every_command_asks(runs):
     bare = runs["bare"]
     assert "no sandbox: LMD_BWRAP names" in bare.output()
@@ -461,7 +468,7 @@ def test_without_a_sandbox_every_command_asks(runs):
     assert audit(bare) == []
 
 
-@needs_bwrap
+@pytest.mark.bwrap
 def test_nothing_changed_leaked_or_was_left_and_the_daemon_answers(world, runs):
     assert tree_hash(world.canary) == runs["before"]["canary"]
     assert tree_hash(world.home) == runs["before"]["home"]
