@@ -20,6 +20,7 @@ import types
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"  # the workplace's real data; absent in a user's checkout
@@ -131,6 +132,28 @@ def say(url: str, session: str, text: str, timeout: float = 30.0) -> tuple[int, 
         return e.code, body, f"http_{e.code}_{kind}"
     except (OSError, ValueError, http.client.HTTPException) as e:  # refused, reset, cut
         return 0, str(e), "connection"
+
+
+class Ran(NamedTuple):
+    """What a CLI run left: like subprocess.CompletedProcess, so tests read either alike."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def lmd_in_process(*args: str, input: str | None = None, env: dict | None = None) -> Ran:
+    """`lmd ARGS` through click's CliRunner: the same command code without starting Python and
+    importing the app again (about a second a command). The real entry point, its exit codes
+    and its light imports are tested as processes in tests/core/test_cli.py."""
+    from click.testing import CliRunner
+
+    from daemon.cli import cli
+
+    done = CliRunner().invoke(cli, [str(a) for a in args], input=input, env=env)
+    if done.exception and not isinstance(done.exception, SystemExit):
+        raise done.exception  # a crash is a failing test, not an exit code 1
+    return Ran(done.exit_code, done.stdout, done.stderr)
 
 
 # -- throwaway plugins

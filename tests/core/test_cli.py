@@ -1,13 +1,24 @@
-"""The CLI: `lmd say` against a real daemon, history, and a light client path."""
+"""The CLI: `lmd say` against a real daemon, history, and a light client path.
+
+The entry point runs as a process where that is the point (exit codes, stdin, imports); the
+history commands run in-process (click's CliRunner), where a process proves nothing more."""
 
 import json
 import os
 import subprocess
 import sys
 
-from tests.daemons import ROOT
+import pytest
+
+from tests.daemons import ROOT, lmd_in_process
 
 HEAVY = ("openai", "tiktoken", "numpy", "starlette", "hypercorn", "httpx")
+
+
+@pytest.fixture
+def backend(shared_backend):
+    """The say tests share one live daemon (shared_daemon), each in its own session."""
+    return shared_backend
 
 
 def lmd(*args, input=None, env=None):
@@ -21,8 +32,8 @@ def lmd(*args, input=None, env=None):
     )
 
 
-def test_say_prints_the_reply_and_sends_the_utterance(live, backend):
-    d = live()
+def test_say_prints_the_reply_and_sends_the_utterance(shared_daemon, backend):
+    d = shared_daemon
     backend.queue("It is blue because of scattering.")
     r = lmd("say", "dali", "why", "is", "the", "sky", "blue?", "--url", d.url)
     assert r.returncode == 0 and r.stdout == "It is blue because of scattering.\n"
@@ -32,8 +43,8 @@ def test_say_prints_the_reply_and_sends_the_utterance(live, backend):
     }
 
 
-def test_say_reads_stdin_and_uses_session_and_json(live, backend):
-    d = live()
+def test_say_reads_stdin_and_uses_session_and_json(shared_daemon, backend):
+    d = shared_daemon
     backend.queue("first", "You asked: what did I just ask you?")
     lmd("say", "--session", "kitchen", input="dali remember the milk\n", env={"LMD_URL": d.url})
     r = lmd(
@@ -47,8 +58,8 @@ def test_say_reads_stdin_and_uses_session_and_json(live, backend):
     assert len(msgs) == 3
 
 
-def test_say_fails_with_the_error_sentence(live, backend):
-    d = live()
+def test_say_fails_with_the_error_sentence(shared_daemon, backend):
+    d = shared_daemon
     backend.queue(backend.default.__class__(status=500))
     r = lmd("say", "dali", "hi", "--url", d.url)
     assert r.returncode == 1 and "failed with HTTP 500" in r.stderr and r.stdout == ""
@@ -62,23 +73,23 @@ def test_history_shows_karma_and_score(live, backend, home):
     d = live()
     backend.queue("answer one")
     lmd("say", "dali", "question one", "--url", d.url)
-    r = lmd("history", "--limit", "5", "--home", str(home))
+    r = lmd_in_process("history", "--limit", "5", "--home", str(home))
     assert r.returncode == 0
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 2 and "question one" in lines[0] and "karma" in lines[0]
-    rows = json.loads(lmd("history", "--json", "--home", str(home)).stdout)
+    rows = json.loads(lmd_in_process("history", "--json", "--home", str(home)).stdout)
     assert rows[0]["content"] == "question one" and rows[0]["karma"] == 1000
     # seconds old, so only the age factor 1/(300 t) discounts the newest; the older one is
     # also one prompt away (1/3)
     assert 0 < rows[0]["score"] < rows[1]["score"] <= 10.0 * 1000
-    r = lmd("history", "promote", str(rows[0]["id"]), "--home", str(home))
+    r = lmd_in_process("history", "promote", str(rows[0]["id"]), "--home", str(home))
     assert r.returncode == 0 and "operative (karma 25000)" in r.stdout  # operative_karma
-    lmd("settings", "set", "operative_karma", "30000", "--home", str(home))
-    r = lmd("history", "promote", str(rows[1]["id"]), "--home", str(home))
+    lmd_in_process("settings", "set", "operative_karma", "30000", "--home", str(home))
+    r = lmd_in_process("history", "promote", str(rows[1]["id"]), "--home", str(home))
     assert r.returncode == 0 and "operative (karma 30000)" in r.stdout
-    rows = json.loads(lmd("history", "--json", "--home", str(home)).stdout)
+    rows = json.loads(lmd_in_process("history", "--json", "--home", str(home)).stdout)
     assert [(r["kind"], r["karma"]) for r in rows] == [("operative", 25000), ("operative", 30000)]
-    assert lmd("history", "promote", "9999", "--home", str(home)).returncode == 1
+    assert lmd_in_process("history", "promote", "9999", "--home", str(home)).returncode == 1
 
 
 def modules_after(args: list[str]) -> set[str]:
@@ -94,8 +105,8 @@ def modules_after(args: list[str]) -> set[str]:
     return {m for m in r.stderr.rstrip("\n").split("\n")[-1].split(",") if m}
 
 
-def test_help_and_say_import_nothing_heavy(live):
-    d = live()
+def test_help_and_say_import_nothing_heavy(shared_daemon):
+    d = shared_daemon
     assert modules_after(["--help"]) == set()
     assert modules_after(["say", "--url", d.url, "hello"]) == set()
     code = f"import sys, daemon.client; print([m for m in {HEAVY!r} if m in sys.modules])"

@@ -1,15 +1,13 @@
 """Settings: typed values, clear refusals, env overrides, settings.sql, CLI and HTTP."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from daemon.core import collect
 from daemon.plugins import get_plugin_manager
 from daemon.settings import Setting, SettingError, Settings
-from tests.daemons import ROOT
+from tests.daemons import lmd_in_process
 
 SEED_DEFAULTS = {
     "system": "Ubuntu 22.04",
@@ -137,13 +135,7 @@ def test_http_bad_values_and_unknown_names(client):
 
 # -- over the CLI ---------------------------------------------------------------------------
 def lmd(*args, home, input=None):
-    return subprocess.run(
-        [sys.executable, "-m", "daemon.cli", *args, "--home", str(home)],
-        capture_output=True,
-        text=True,
-        input=input,
-        cwd=ROOT,
-    )
+    return lmd_in_process(*args, "--home", str(home), input=input)
 
 
 def test_cli_set_get_list_reset(home):

@@ -26,10 +26,18 @@ def user(text: str) -> list[dict]:
 
 
 @pytest.fixture
-def oai(live):
-    """An openai client pointed at a live lmd (no retries, so failures show at once)."""
-    d = live()
-    return openai.OpenAI(base_url=d.url + "/v1", api_key="anything", max_retries=0, timeout=20)
+def backend(shared_backend):
+    """One backend, reset for each test, behind the module's one live daemon."""
+    return shared_backend
+
+
+@pytest.fixture
+def oai(shared_daemon):
+    """An openai client pointed at the module's live lmd (no retries, so failures show at
+    once); the tests that use it only talk to it, each in its own session."""
+    return openai.OpenAI(
+        base_url=shared_daemon.url + "/v1", api_key="anything", max_retries=0, timeout=20
+    )
 
 
 def test_official_client_non_streaming(oai, backend):
