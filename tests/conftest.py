@@ -89,11 +89,17 @@ def home(tmp_path: Path, backend: FakeBackend) -> Path:
 
 
 @pytest.fixture(scope="module")
-def shared_daemon(tmp_path_factory: pytest.TempPathFactory, module_backend: FakeBackend):
+def shared_daemon(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    module_backend: FakeBackend,
+):
     """A live daemon on `module_backend` shared by a module's tests: for tests that only talk
-    to it (each in its own session), where a daemon per test proves nothing more."""
+    to it (each in its own session), where a daemon per test proves nothing more. A module's
+    SHARED_DAEMON_ENV adds to its environment."""
     h = configure_home(tmp_path_factory.mktemp("shared") / "lmd-home", module_backend)
-    d = LiveDaemon(h, {"LMD_TOKENIZER": "estimate"})
+    extra = getattr(request.module, "SHARED_DAEMON_ENV", {})
+    d = LiveDaemon(h, {"LMD_TOKENIZER": "estimate", **extra})
     yield d
     d.stop()
     d.log.close()

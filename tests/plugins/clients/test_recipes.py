@@ -19,6 +19,13 @@ from tests.daemons import ROOT
 LMD_DIR = str(Path(sys.executable).parent)
 # Only dali and the clients plugin: the recipes must not depend on other modes' behaviour.
 ONLY = {"LMD_LOAD_PLUGINS": "dali,clients"}
+SHARED_DAEMON_ENV = ONLY  # the module's one live daemon (tests talk to it, each on its own)
+
+
+@pytest.fixture
+def backend(shared_backend):
+    """One backend, reset for each test, behind the module's one live daemon."""
+    return shared_backend
 
 
 CLIENTS_PAGE = ROOT / "docs" / "clients.md"
@@ -53,11 +60,11 @@ def env_for(url: str, tmp_path: Path, bin_dir: Path) -> dict:
     }
 
 
-def test_python_voice_client(live, backend, tmp_path):
+def test_python_voice_client(shared_daemon, backend, tmp_path):
     (script,) = [b for b in page_blocks("python") if "espeak-ng" in b]
     assert len(script.strip().splitlines()) <= 23
     (tmp_path / "voice.py").write_text(script)
-    d = live(env=ONLY)
+    d = shared_daemon
     backend.queue("## Forecast\n- **Sunny**, 22 degrees", "Second answer.")
     bins = tmp_path / "bin"
     log = recorder(bins, "espeak-ng")
@@ -93,10 +100,10 @@ def test_python_voice_client_speaks_errors(tmp_path):
     assert "cannot reach lmd" in log.read_text()
 
 
-def test_shell_voice_loop(live, backend, tmp_path):
+def test_shell_voice_loop(shared_daemon, backend, tmp_path):
     text = CLIENTS_PAGE.read_text()
     loop = re.search(r"`(while read -r t; do .*?done)`", text).group(1)
-    d = live(env=ONLY)
+    d = shared_daemon
     backend.queue("**Yes.**")
     bins = tmp_path / "bin"
     log = recorder(bins, "espeak-ng")
@@ -114,12 +121,12 @@ def test_shell_voice_loop(live, backend, tmp_path):
 
 
 @pytest.mark.skipif(not shutil.which("vim"), reason="vim is not installed")
-def test_vim_snippet_sends_the_selection(live, backend, tmp_path):
+def test_vim_snippet_sends_the_selection(shared_daemon, backend, tmp_path):
     (snippet,) = page_blocks("vim")
     (tmp_path / "lmd.vim").write_text(snippet)
     source = tmp_path / "code.py"
     source.write_text("import os\ndef f(x):\n    return x * 2\nprint(f(2))\n")
-    d = live(env=ONLY)
+    d = shared_daemon
     backend.queue("f doubles its argument.")
     out = tmp_path / "reply.txt"
     done = subprocess.run(
@@ -141,10 +148,10 @@ def test_vim_snippet_sends_the_selection(live, backend, tmp_path):
     )
 
 
-def test_vim_one_liner_pipeline(live, backend, tmp_path):
+def test_vim_one_liner_pipeline(shared_daemon, backend, tmp_path):
     text = CLIENTS_PAGE.read_text()
     pipeline = re.search(r"`:'<,'>w !(.*?)`", text).group(1)
-    d = live(env=ONLY)
+    d = shared_daemon
     backend.queue("noted")
     done = subprocess.run(
         ["bash", "-c", pipeline],
@@ -173,10 +180,10 @@ def test_editor_configs_point_at_the_endpoint(client):
         assert model["name"] in models or model["name"] == "lmd-cobol"
 
 
-def test_curl_examples_run(live, backend, tmp_path):
+def test_curl_examples_run(shared_daemon, backend, tmp_path):
     if not shutil.which("curl"):
         pytest.skip("curl is not installed")
-    d = live(env=ONLY)
+    d = shared_daemon
     (block,) = [b for b in page_blocks("sh") if "/v1/chat/completions" in b]
     script = block.replace("http://127.0.0.1:8420", d.url)
     backend.handler = lambda body: "an answer"

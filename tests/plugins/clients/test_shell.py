@@ -32,12 +32,23 @@ def run_shell(shell: str, script: str, cwd: Path, env: dict) -> subprocess.Compl
     )
 
 
+def session_of(tmp_path: Path) -> str:
+    """Each test's own session on the module's one live daemon."""
+    return f"shell-{tmp_path.name}"
+
+
+@pytest.fixture
+def backend(shared_backend):
+    """One backend, reset for each test, behind the module's one live daemon."""
+    return shared_backend
+
+
 def shell_env(url: str, tmp_path: Path, **extra: str) -> dict:
     return {
         "PATH": "/usr/bin:/bin",
         "HOME": str(tmp_path),
         "LMD_URL": url,
-        "LMD_SESSION": "shell",
+        "LMD_SESSION": session_of(tmp_path),
         "LMD_TOKENIZER": "estimate",
         **extra,
     }
@@ -56,8 +67,8 @@ def test_shell_init_lists_every_mode_and_the_binding():
     assert "# no function for the mode 'ls'" in text
 
 
-def test_bash_functions_against_live_daemon(live, backend, tmp_path):
-    d = live()
+def test_bash_functions_against_live_daemon(shared_daemon, backend, tmp_path):
+    d = shared_daemon
     backend.queue("A monad is a monoid in the category of endofunctors.")
     work = tmp_path / "work"
     work.mkdir()
@@ -77,9 +88,9 @@ def test_bash_function_reports_a_down_daemon(tmp_path):
     assert "could not reach lmd" in done.stderr and "lmd serve" in done.stderr
 
 
-def test_cwd_modes_pass_the_directory(live, backend, tmp_path):
+def test_cwd_modes_pass_the_directory(shared_daemon, backend, tmp_path):
     """marat/cobol functions send $PWD: the session's working directory is set on the daemon."""
-    d = live()
+    d = shared_daemon
     work = tmp_path / "project dir"
     work.mkdir()
     (tmp_path / "init.sh").write_text(render("bash", ["dali", "marat", "cobol"], LMD))
@@ -106,8 +117,8 @@ def test_cwd_modes_pass_the_directory(live, backend, tmp_path):
     )
 
 
-def test_key_binding_proposes_without_running(live, backend, tmp_path):
-    d = live()
+def test_key_binding_proposes_without_running(shared_daemon, backend, tmp_path):
+    d = shared_daemon
     marker = tmp_path / "ran"
     backend.queue(f"```bash\nfind . -size +10M && touch {marker}\n```")
     work = tmp_path / "w"
@@ -127,7 +138,9 @@ def test_key_binding_proposes_without_running(live, backend, tmp_path):
     assert "Ubuntu 22.04" in sent[0]["content"] and str(work) in sent[0]["content"]
     # The proposal is remembered in the session, marked as from the proposer.
     db = sqlite3.connect(d.home / "lmd.db")
-    rows = db.execute("SELECT role, content, mode FROM prompts WHERE session='shell'").fetchall()
+    rows = db.execute(
+        "SELECT role, content, mode FROM prompts WHERE session = ?", (session_of(tmp_path),)
+    ).fetchall()
     db.close()
     assert rows[-2:] == [
         ("user", "list big files here", "propose"),
@@ -135,8 +148,8 @@ def test_key_binding_proposes_without_running(live, backend, tmp_path):
     ]
 
 
-def test_key_binding_keeps_the_line_on_failure(live, backend, tmp_path):
-    d = live()
+def test_key_binding_keeps_the_line_on_failure(shared_daemon, backend, tmp_path):
+    d = shared_daemon
     backend.queue(Reply("down", status=500))
     script = (
         f'eval "$({LMD} shell-init bash)"\n'
@@ -175,8 +188,8 @@ def test_extract_command(reply, command):
 
 
 @pytest.mark.skipif(not shutil.which("zsh"), reason="zsh is not installed")
-def test_zsh_functions_against_live_daemon(live, backend, tmp_path):
-    d = live()
+def test_zsh_functions_against_live_daemon(shared_daemon, backend, tmp_path):
+    d = shared_daemon
     backend.queue("zsh answer", "echo proposed")
     script = (
         f'eval "$({LMD} shell-init zsh)"\ndali hello from zsh\n'
@@ -188,8 +201,8 @@ def test_zsh_functions_against_live_daemon(live, backend, tmp_path):
 
 
 @pytest.mark.skipif(not shutil.which("fish"), reason="fish is not installed")
-def test_fish_functions_against_live_daemon(live, backend, tmp_path):
-    d = live()
+def test_fish_functions_against_live_daemon(shared_daemon, backend, tmp_path):
+    d = shared_daemon
     backend.queue("fish answer")
     script = f"{LMD} shell-init fish | source\ndali hello from fish\necho exit=$status"
     done = run_shell("fish", script, tmp_path, shell_env(d.url, tmp_path))
