@@ -7,6 +7,10 @@ TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: install run test test-pyz lint docs bench clean
 
+# Bytecode caches stay on even where the environment turns them off: without them every test
+# run re-does pytest's assertion rewriting and every `lmd` subprocess recompiles lmd itself.
+unexport PYTHONDONTWRITEBYTECODE
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -24,8 +28,12 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/lmd serve
 
+# Three workers on two cores: most tests wait on processes and HTTP. Files stay whole on one
+# worker (--dist loadfile), so a module's shared daemon or Ray session starts once.
+PYTEST_FLAGS ?= -n 3 --dist loadfile
+
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_FLAGS)
 
 # Generated parts of settings.sql and docs/ (settings, CLI help, the sample plugin) come from
 # the code through cog: `make docs` rewrites them, `make lint` fails while one is stale.

@@ -13,7 +13,25 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import sqlite_utils
+
+def _import_sqlite_utils():
+    """sqlite-utils imports pandas when it is installed (the ray extra brings it), only to map
+    pandas' Timestamp to TEXT, which lmd never stores: that import cost every `lmd serve` and
+    CLI start about half a second of CPU, and as much again at exit."""
+    import sys
+
+    if "pandas" in sys.modules:
+        import sqlite_utils
+    else:
+        sys.modules["pandas"] = None  # type: ignore[assignment]  # `import pandas` fails fast
+        try:
+            import sqlite_utils
+        finally:
+            del sys.modules["pandas"]
+    return sqlite_utils
+
+
+sqlite_utils = _import_sqlite_utils()
 
 SETTINGS_SQL = Path(__file__).with_name("settings.sql")
 

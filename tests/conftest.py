@@ -17,7 +17,11 @@ from tests.fake_backend import FakeBackend
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked `bwrap` run the real sandbox: skip them, saying why, where none can be had."""
+    """Modules with `slow` tests run first: under xdist (make test) no long module is left
+    running alone at the end. Tests marked `bwrap` run the real sandbox: skip them, saying
+    why, where none can be had."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: the order within stays
     marked = [item for item in items if item.get_closest_marker("bwrap")]
     reason = bwrap_reason() if marked else None
     for item in marked if reason else ():

@@ -47,6 +47,8 @@ from tests.fake_backend import FakeBackend, Reply
 
 from .conftest import action, final
 
+pytestmark = pytest.mark.slow  # two live daemons run the whole corpus
+
 SENTINEL_KEY = "sk-sentinel-5c1e2f7a9b3d4e6f8a0b1c2d3e4f5a6b"
 TOKEN = "tok-sentinel-8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a"
 MARK = "31.337"  # every sleep the corpus leaves behind carries it

@@ -20,6 +20,8 @@ from plugins.selectit.ray_engine import CRASH_ONCE
 
 from .conftest import alpaca, read_jsonl, run_cli, write_jsonl
 
+pytestmark = pytest.mark.slow  # Ray and its worker pool: the longest module of all
+
 
 def ray_processes() -> set[int]:
     """PIDs of Ray's daemons on this machine (raylet, gcs_server)."""

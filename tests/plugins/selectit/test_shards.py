@@ -20,6 +20,8 @@ from tests.daemons import ROOT
 
 from .conftest import alpaca, asked_tasks, read_jsonl, run_cli, task_handler, write_jsonl
 
+pytestmark = pytest.mark.slow  # thousands of scored samples
+
 
 def merge(*args):
     from daemon.cli import cli

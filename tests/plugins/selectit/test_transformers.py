@@ -2,25 +2,38 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-torch = pytest.importorskip("torch", reason="the transformers backend needs pip install lmd[local]")
-pytest.importorskip("transformers", reason="the transformers backend needs pip install lmd[local]")
+from daemon.errors import LmdError
+from plugins.selectit.engine import prompts_for
+from plugins.selectit.prompts import TooLong, build_prompt, fit, load_templates
+from plugins.selectit.scoring import final_score
+from plugins.selectit.transformers_backend import TransformersRater, rating_token_ids
 
-from daemon.errors import LmdError  # noqa: E402
-from plugins.selectit.engine import prompts_for  # noqa: E402
-from plugins.selectit.prompts import TooLong, build_prompt, fit, load_templates  # noqa: E402
-from plugins.selectit.scoring import final_score  # noqa: E402
-from plugins.selectit.transformers_backend import TransformersRater, rating_token_ids  # noqa: E402
-
-from .conftest import alpaca, read_jsonl, run_cli, write_jsonl  # noqa: E402
-from .tiny_models import (  # noqa: E402
+from .conftest import alpaca, read_jsonl, run_cli, write_jsonl
+from .tiny_models import (
     byte_level_tokenizer,
     gpt2,
     llama,
     llama3_like_tokenizer,
     sentencepiece_like_tokenizer,
 )
+
+torch: Any = None  # set by local_extra: importing torch at collection cost every xdist worker 5 s
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_extra() -> None:
+    """torch and transformers, or a skip saying how to get them."""
+    global torch
+    torch = pytest.importorskip(
+        "torch", reason="the transformers backend needs pip install lmd[local]"
+    )
+    pytest.importorskip(
+        "transformers", reason="the transformers backend needs pip install lmd[local]"
+    )
 
 
 @pytest.fixture(autouse=True)
