@@ -6,13 +6,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 
 import pytest
 
 from daemon.server import check_policy, is_loopback, parse_bind
-from tests.daemons import ROOT, LiveDaemon, free_port
+from tests.daemons import ROOT, LiveDaemon, free_port, wait_for
 
 
 def serve(*args, home, env=None, timeout=20):
@@ -83,7 +82,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_zero(home, backend):
 
     t = threading.Thread(target=slow)
     t.start()
-    time.sleep(0.4)
+    assert wait_for(lambda: backend.active == 1, 10)  # the turn is in flight at the backend
     d.proc.send_signal(signal.SIGTERM)
     t.join(10)
     assert d.proc.wait(15) == 0
