@@ -9,13 +9,18 @@ import sys
 from pathlib import Path
 
 from daemon.store import Store
-from tests.daemons import configure, free_port
+from tests.daemons import Ran, configure, free_port, lmd_in_process
 from tests.fake_backend import Reply
 
 LMD = str(Path(sys.executable).parent / "lmd")
 
 
-def doctor(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+def doctor(home: Path, *args: str, **env: str) -> Ran | subprocess.CompletedProcess:
+    """`lmd doctor` in-process; as a process where PYTHONPATH brings in distributions that must
+    be seen installed from the interpreter's start."""
+    if "PYTHONPATH" not in env:
+        env = {"LMD_URL": f"http://127.0.0.1:{free_port()}", **env}
+        return lmd_in_process("doctor", "--home", str(home), *args, env=env)
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("LMD_", "OPENAI_"))}
     environ.update({"LMD_TOKENIZER": "estimate", "LMD_URL": f"http://127.0.0.1:{free_port()}"})
     environ.update(env)
@@ -28,7 +33,7 @@ def doctor(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
-def findings(done: subprocess.CompletedProcess) -> dict[str, dict]:
+def findings(done: Ran | subprocess.CompletedProcess) -> dict[str, dict]:
     return {f["check"]: f for f in json.loads(done.stdout)}
 
 
