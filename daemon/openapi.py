@@ -271,7 +271,7 @@ def plugin_operation(path: str, endpoint: Any, method: str) -> dict:
 def build_spec(daemon: Daemon) -> dict:
     """The whole OpenAPI 3.1 document for this daemon and its plugins."""
     paths = core_paths(sorted(daemon.registry.specs))
-    for path, endpoint, methods in daemon.registry.routes:
+    for path, endpoint, methods, _ in daemon.registry.routes:
         clean = _PARAM.sub(r"{\1}", path)
         item = paths.setdefault(clean, {})
         for method in methods or ["GET"]:

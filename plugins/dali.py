@@ -19,4 +19,11 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
 
 @hookimpl
 def register_modes(register):
-    register(Mode("dali", respond, description="Free chat: history and your words, nothing else."))
+    register(
+        Mode(
+            "dali",
+            respond,
+            description="Free chat: history and your words, nothing else.",
+            aliases=("dolly", "dally"),  # how speech engines hear it
+        )
+    )

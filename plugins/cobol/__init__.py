@@ -46,6 +46,7 @@ def register_modes(register):
             "cobol",
             respond,
             description="Code through git: focus, rewrite, compile, compile and fix, undo, diff.",
+            aliases=("kobol", "co bol"),  # how speech engines hear it
         )
     )
 

@@ -39,7 +39,7 @@ def score(
     from daemon.errors import LmdError
 
     if via_daemon:
-        from daemon.client import ClientError, lm_score_result
+        from .client import ClientError, lm_score_result
 
         try:
             result = lm_score_result(list(parts), url=url, cache=not no_cache)

@@ -125,7 +125,7 @@ def format_row(r: dict) -> str:
     )
 
 
-@click.command("commands", hidden=True)
+@click.command("commands")
 @click.option("--session", "-s", help="Only this session.")
 @click.option("--limit", "-n", default=20, show_default=True, type=click.IntRange(1, 100000))
 @click.option("--json", "as_json", is_flag=True)

@@ -47,10 +47,14 @@ def confine_paths(cfg: Any, options: dict, home: Any) -> Any:
     the daemon's home: a request must not make the daemon read an arbitrary file."""
     from dataclasses import replace
 
-    from daemon.paths import allowed_http_path
+    from daemon.api import allowed_http_path
+
+    from .prompts import BUILTIN_FILE
 
     if options.get("rp_file"):
-        cfg = replace(cfg, rp_file=str(allowed_http_path(cfg.rp_file, home, "rp_file")))
+        # Our own rating prompts may be named too: they are public and hold no secret.
+        path = allowed_http_path(cfg.rp_file, home, "rp_file", also=[BUILTIN_FILE])
+        cfg = replace(cfg, rp_file=str(path))
     if options.get("model") and cfg.backend == "transformers":
         cfg = replace(cfg, model=str(allowed_http_path(cfg.model, home, "model directory")))
     return cfg
