@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from daemon.hookspecs import hookimpl
-from daemon.modes import Context, Mode
+from daemon.api import Context, Mode, hookimpl
 
 
 async def respond(ctx: Context) -> AsyncIterator[str]:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from daemon.hookspecs import hookimpl
-from daemon.modes import Mode
-from daemon.settings import Setting
+from daemon.api import Mode, Setting, hookimpl
 
 SETTINGS = (
     Setting(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from daemon.errors import LmdError
+from daemon.api import LmdError
 
 OPTION_KEYS = ("k", "alpha", "rp_file", "model", "api", "backend", "top_logprobs", "details")
 OPTION_KEYS += ("fields",)
@@ -63,7 +63,7 @@ def confine_paths(cfg: Any, options: dict, home: Any) -> Any:
 async def selectit_route(request: Any) -> Any:
     from starlette.responses import JSONResponse
 
-    from daemon.app import read_json
+    from daemon.api import read_json
 
     from .config import resolve
     from .datasets import check_unique, id_key, parse_fields, to_sample
