@@ -112,6 +112,12 @@ _GROUPS: dict[str, dict[str, str]] = {
 # Names that are whole modules (a namespace of helpers) rather than an attribute of one.
 _MODULES = {"sandbox", "tokens"}
 
+# Constants have no docstring of their own.
+_NOTES = {
+    "PRIVATE_FILES": "The files in LMD_HOME that only the daemon's owner may read.",
+    "NO_KEY": "The API key sent when there is none (local servers ignore it).",
+}
+
 _WHERE = {name: module for group in _GROUPS.values() for name, module in group.items()}
 
 __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
@@ -184,6 +190,16 @@ def groups() -> dict[str, list[str]]:
     return {title: list(names) for title, names in _GROUPS.items()}
 
 
+def summary(name: str) -> str:
+    """A public name's first docstring paragraph on one line (what docs/plugins.md shows)."""
+    import inspect
+
+    if name in _NOTES:
+        return _NOTES[name]
+    doc = inspect.getdoc(__getattr__(name)) or ""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
 def __getattr__(name: str) -> Any:
     """Import a public name from its module on first use, then keep it here."""
     module = _WHERE.get(name)
@@ -196,7 +212,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*__all__, "groups"])
+    return sorted([*__all__, "groups", "summary"])
 
 
 if TYPE_CHECKING:  # editors and type checkers see the real definitions

@@ -97,6 +97,7 @@ async def read_request_body(request: Request, daemon: Daemon) -> bytes:
 
 
 def decode_text(body: bytes) -> str:
+    """A request body as UTF-8 text, or a 400 sentence saying it is not."""
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -169,6 +170,7 @@ def check_encodable(data: Any) -> None:
 
 
 def session_name(request: Request, given: Any = None) -> str:
+    """The session a request speaks in: `given`, X-Session, ?session=, else "default"."""
     name = given or request.headers.get("x-session") or request.query_params.get("session")
     name = name or "default"
     if not isinstance(name, str) or not SESSION_NAME.fullmatch(name):

@@ -55,11 +55,13 @@ class LmdGroup(click.Group):
 
 
 def fail(message: str, code: int = 1) -> None:
+    """Print `message` on stderr and exit with `code` (a command's one-sentence failure)."""
     click.echo(message, err=True)
     sys.exit(code)
 
 
 def home_option(f):
+    """The --home option (LMD_HOME) every command that opens the database takes."""
     return click.option(
         "--home",
         type=click.Path(file_okay=False, path_type=Path),

@@ -32,6 +32,7 @@ class ClientError(Exception):
 
 
 def daemon_url(url: str | None = None) -> str:
+    """The daemon's base URL: `url`, else LMD_URL, else http://127.0.0.1:8420."""
     return (url or os.environ.get("LMD_URL") or DEFAULT_URL).rstrip("/")
 
 

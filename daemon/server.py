@@ -33,6 +33,7 @@ def parse_bind(bind: str) -> tuple[str, int]:
 
 
 def is_loopback(host: str) -> bool:
+    """Whether a bind host is this machine only (localhost, 127.0.0.0/8, ::1)."""
     if host == "localhost":
         return True
     try:

@@ -168,6 +168,7 @@ def _show(raw: Any) -> str:
 
 
 def env_name(name: str) -> str:
+    """The environment variable that overrides a setting: LMD_<NAME>."""
     return "LMD_" + name.upper()
 
 
