@@ -141,7 +141,7 @@ def serve(
 @click.argument("text", nargs=-1)
 @click.option("--url", envvar="LMD_URL", help="Daemon URL (default http://127.0.0.1:8420).")
 @click.option("--session", "-s", envvar="LMD_SESSION", help="Session name (default 'default').")
-@click.option("--cwd", help="Working directory for marat and cobol (absolute path).")
+@click.option("--cwd", help="Working directory for modes that run commands (absolute path).")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON reply.")
 @click.option("--speak", is_flag=True, help="Strip markdown from the reply for text-to-speech.")
 @click.option(

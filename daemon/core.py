@@ -73,6 +73,8 @@ def _clash(what: str, first: str, second: str) -> LmdError:
     """One sentence for a name two registrations claim."""
     if first == second:
         return LmdError(f"Plugin {first} registers {what} twice; register it once.")
+    if first == "core":
+        return LmdError(f"Plugin {second} registers {what}, which is the core's own; rename it.")
     return LmdError(
         f"Plugins {first} and {second} both register {what}; remove one of them, or choose "
         "the plugins to load with LMD_LOAD_PLUGINS."

@@ -77,8 +77,8 @@ def sandbox_state(level: str) -> str:
     found = sandbox.detect()
     if not found.available:
         return (
-            f"{found.sentence()} Until then, with marat_approval unsafe, every command waits "
-            "for a spoken yes."
+            f"{found.sentence()} Until then, every command that would run sandboxed waits for "
+            "a spoken yes."
         )
     return f"sandbox_level {level}: {found.sentence()}"
 
