@@ -28,8 +28,8 @@ ECHO_PROMPT = "Say the user's words back to them, in your own words, in one sent
 
 async def respond(ctx: Context) -> AsyncIterator[str]:
     """The mode: the model's paraphrase of your words, after the prefix you chose."""
-    if not ctx.text.strip():
-        raise LmdError("Say something after echo; there is nothing to say back.")
+    if not any(c.isalnum() for c in ctx.text):  # bad input: one sentence, and no model call
+        raise LmdError("Say some words for echo to say back; I heard none.")
     messages = [{"role": "system", "content": ECHO_PROMPT}, {"role": "user", "content": ctx.text}]
     said = await ctx.llm.chat(messages, temperature=0)
     yield f"{ctx.settings['echo_prefix']}: {said}"
@@ -68,7 +68,8 @@ def echoes(session: str | None, as_json: bool, home) -> None:
     said = [
         p.content
         for p in store.history(session, 1000)
-        if p.mode == "echo" and p.role == "assistant" and p.status == "ok"
+        # The mode's replies (not the core's decorative "Switched to echo mode.")
+        if p.mode == "echo" and p.role == "assistant" and p.status == "ok" and p.kind == "default"
     ]
     if not said:
         fail("The echo mode has said nothing yet; try `lmd say echo hello`.")
