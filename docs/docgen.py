@@ -1,9 +1,10 @@
 """What cog writes into the docs and settings.sql, from the code itself.
 
 Run `make docs` after changing a Setting, a command, daemon.api or the sample plugin;
-`make lint` and tests/core/test_docs.py fail while a generated part is stale. Only the built-in plugins (the
-`lmd` entry points of this repository's pyproject.toml) are documented, whatever else happens
-to be installed, so the output is the same on every machine.
+`make lint` and tests/core/test_docs.py fail while a generated part is stale. Only the
+built-in plugins (the `lmd` entry points of this repository's pyproject.toml) are
+documented, whatever else happens to be installed, so the output is the same on every
+machine.
 """
 
 from __future__ import annotations
