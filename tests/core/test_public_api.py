@@ -268,3 +268,34 @@ def test_history_listings_come_from_plugins():
     out = CliRunner().invoke(cli, ["history", "--help"]).output
     assert "--commands" in out and "Commands marat ran" in out  # marat's, added by marat
     assert "marat" not in (ROOT / "daemon" / "cli.py").read_text()
+
+
+def test_a_plugin_adds_a_history_listing_and_its_flag(home):
+    import click
+    from click.testing import CliRunner
+
+    from daemon.cli import add_history_listing, cli
+
+    @click.command("notes")
+    @click.option("--session", "-s")
+    @click.option("--limit", "-n", type=int)
+    @click.option("--json", "as_json", is_flag=True)
+    @click.option("--home")
+    def notes(session, limit, as_json, home):
+        """Notes a plugin keeps."""
+        click.echo(f"notes {session} {limit} {as_json}")
+
+    history = cli.commands["history"]
+    add_history_listing(cli, notes, "Notes instead.")
+    try:
+        run = CliRunner().invoke
+        out = run(cli, ["history", "--notes", "-s", "k", "-n", "3", "--json", "--home", str(home)])
+        assert out.output == "notes k 3 True\n"  # the history options, handed on
+        assert run(cli, ["history", "notes", "-s", "k"]).output == "notes k None False\n"
+        assert "--notes" in run(cli, ["history", "--help"]).output
+        both = run(cli, ["history", "--commands", "--notes", "--home", str(home)])
+        assert both.exit_code == 1 and both.stderr == "Give only one of --commands, --notes.\n"
+    finally:  # the group is the process's own: leave it as it was
+        del history.commands["notes"]
+        history.params = [p for p in history.params if p.name != "listing_notes"]
+        del history.listings["listing_notes"]
