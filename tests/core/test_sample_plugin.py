@@ -96,7 +96,9 @@ def test_installed_plugin_mode_setting_route_and_command(installed, live, backen
     data = json.loads(body)
     assert status == 200 and data["prefix"] == "parrot" and {"echo", "dali"} <= set(data["modes"])
     spec = json.loads(request("GET", "/openapi.json", url=d.url)[2])
-    assert spec["paths"]["/echo"]["get"]["summary"].startswith("The echo prefix in use")
+    operation = spec["paths"]["/echo"]["get"]
+    assert operation["summary"].startswith("The echo prefix in use")
+    assert operation["x-lmd-plugin"] == "echo"  # the route's plugin, as collect recorded it
 
     # The setting over HTTP, as a mode reads it on the next turn.
     status, _, body = request("PUT", "/settings/echo_prefix", "bird", url=d.url)
