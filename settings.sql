@@ -35,8 +35,8 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('default_prompt', 'dali');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('end_session_after_idle_secs', '300');
 -- Most model turns per request. Allowed: a whole number from 1 to 100.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('max_thought_loops', '6');
--- Extra spoken forms of directives per mode. Allowed: a JSON value.
-INSERT OR IGNORE INTO settings (name, value) VALUES ('directive_aliases', '{"marat": ["murat", "marrat", "ma rat"], "dali": ["dolly", "dally"], "cobol": ["kobol", "co bol"]}');
+-- More spoken forms of directives, per mode, beside those each mode declares, like {"marat": ["murat"]}. Allowed: a JSON value.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('directive_aliases', '{}');
 -- Most tokens of history sent to the model. Allowed: a whole number of at least 1.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('max_tokens', '3500');
 -- Characters of output kept. Allowed: a whole number of at least 1.
@@ -63,6 +63,8 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('len_discount', '0.01');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('karma_multiplier', '10.0');
 -- Lowest score sent. Allowed: a number of at least 0.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('min_score_to_include_prompt', '1e-05');
+-- Strip markdown from every text/plain reply on /v1 (X-Speak: 0 keeps it). Allowed: true or false (also yes/no, t/f, on/off).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('speak_plain_replies', 'false');
 -- Largest request body in bytes. Allowed: a whole number of at least 64.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('max_body_bytes', '1048576');
 -- Seconds to finish work on shutdown. Allowed: a number of at least 0.
@@ -185,8 +187,4 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_judge_model', 'gpt-4')
 INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_models_file', '');
 -- Backend calls in flight when answering or judging. Allowed: a whole number from 1 to 256.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_concurrency', '8');
-
--- == clients ==
--- Strip markdown from every text/plain reply on /v1 (X-Speak: 0 keeps it). Allowed: true or false (also yes/no, t/f, on/off).
-INSERT OR IGNORE INTO settings (name, value) VALUES ('speak_plain_replies', 'false');
 -- [[[end]]]

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from . import __version__, karma
-from .core import Daemon
+from .core import Daemon, route_keys
 from .errors import LmdError
 from .guard import Guard, same_user, token_presented
 from .settings import SettingError, refuse_if_protected
@@ -97,6 +97,7 @@ async def read_request_body(request: Request, daemon: Daemon) -> bytes:
 
 
 def decode_text(body: bytes) -> str:
+    """A request body as UTF-8 text, or a 400 sentence saying it is not."""
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -169,6 +170,7 @@ def check_encodable(data: Any) -> None:
 
 
 def session_name(request: Request, given: Any = None) -> str:
+    """The session a request speaks in: `given`, X-Session, ?session=, else "default"."""
     name = given or request.headers.get("x-session") or request.query_params.get("session")
     name = name or "default"
     if not isinstance(name, str) or not SESSION_NAME.fullmatch(name):
@@ -200,9 +202,8 @@ async def v1(request: Request) -> Response:
         raise LmdError("The utterance contains a NUL character; send plain text.")
     name = session_name(request, given_session)
     cwd = request.headers.get("x-cwd") or request.query_params.get("cwd")
-    # speak_plain_replies is the clients plugin's setting (absent when it is not loaded).
     plain = not wants_json(request) and not wants_stream(request)
-    default = plain and daemon.settings().get("speak_plain_replies", False)
+    default = plain and daemon.settings()["speak_plain_replies"]
     speak = wants_speech(request.headers, request.query_params, default)
     turn = TurnReply(daemon, name, text, stream=wants_stream(request), speak=speak, cwd=cwd)
     if wants_stream(request):
@@ -438,8 +439,15 @@ def create_app(
         Route("/history/{id}/promote", promote, methods=["POST"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
     ]
-    for path, endpoint, methods in daemon.registry.routes:
-        routes.append(Route(path, endpoint, methods=methods))
+    core = {key for r in routes for key in route_keys(r.path, sorted(r.methods or []))}
+    for route in daemon.registry.routes:
+        for key in route_keys(route.path, route.methods):
+            if key in core:
+                raise LmdError(
+                    f"Plugin {route.plugin} registers the route {key}, which is the core's own; "
+                    "remove that plugin, or choose the plugins to load with LMD_LOAD_PLUGINS."
+                )
+        routes.append(Route(route.path, route.endpoint, methods=route.methods))
     app = Starlette(
         routes=routes,
         lifespan=lifespan,

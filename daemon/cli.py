@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -54,11 +55,13 @@ class LmdGroup(click.Group):
 
 
 def fail(message: str, code: int = 1) -> None:
+    """Print `message` on stderr and exit with `code` (a command's one-sentence failure)."""
     click.echo(message, err=True)
     sys.exit(code)
 
 
 def home_option(f):
+    """The --home option (LMD_HOME) every command that opens the database takes."""
     return click.option(
         "--home",
         type=click.Path(file_okay=False, path_type=Path),
@@ -138,7 +141,7 @@ def serve(
 @click.argument("text", nargs=-1)
 @click.option("--url", envvar="LMD_URL", help="Daemon URL (default http://127.0.0.1:8420).")
 @click.option("--session", "-s", envvar="LMD_SESSION", help="Session name (default 'default').")
-@click.option("--cwd", help="Working directory for marat and cobol (absolute path).")
+@click.option("--cwd", help="Working directory for modes that run commands (absolute path).")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON reply.")
 @click.option("--speak", is_flag=True, help="Strip markdown from the reply for text-to-speech.")
 @click.option(
@@ -276,11 +279,42 @@ def settings_reset(name: str, as_json: bool, home: Path | None) -> None:
     _change_setting(home, name, None, as_json)
 
 
-@cli.group(invoke_without_command=True)
+class HistoryGroup(click.Group):
+    """`lmd history`, to which plugins add listings of their own (see add_history_listing)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.listings: dict[str, str] = {}  # option destination -> subcommand name
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # A plugin's --NAME flag must exist before the arguments are parsed.
+        root = ctx.find_root().command
+        if isinstance(root, LmdGroup):
+            root._load_plugins()
+        return super().parse_args(ctx, args)
+
+
+def add_history_listing(cli: click.Group, command: click.Command, help: str) -> None:
+    """Add `command` as `lmd history NAME`, also reached as `lmd history --NAME`.
+
+    The command takes the history options: session, limit, as_json and home.
+    """
+    history = cli.commands.get("history")
+    if not isinstance(history, HistoryGroup) or command.name in history.commands:
+        return  # another group (or a second registration): nothing to extend
+    history.add_command(command)
+    dest = "listing_" + command.name.replace("-", "_")
+    history.listings[dest] = command.name
+    # Before --home, so `--help` shows the listing flags beside the other options.
+    history.params.insert(
+        len(history.params) - 1, click.Option([f"--{command.name}", dest], is_flag=True, help=help)
+    )
+
+
+@cli.group(cls=HistoryGroup, invoke_without_command=True)
 @click.option("--session", "-s", help="Only this session.")
 @click.option("--limit", "-n", default=20, show_default=True, type=click.IntRange(1, 100000))
 @click.option("--json", "as_json", is_flag=True)
-@click.option("--commands", is_flag=True, help="Executed commands (a plugin's audit) instead.")
 @home_option
 @click.pass_context
 def history(
@@ -288,18 +322,17 @@ def history(
     session: str | None,
     limit: int,
     as_json: bool,
-    commands: bool,
     home: Path | None,
+    **listings: bool,
 ) -> None:
     """Stored prompts with their karma and the score each would get now."""
     if ctx.invoked_subcommand is not None:
         return
-    if commands:
-        # A plugin that runs commands (marat) adds a `commands` subcommand to this group.
-        cli._load_plugins()
-        listing = history.commands.get("commands")
-        if listing is None:
-            fail("No plugin records executed commands; enable marat to get an audit.")
+    chosen = [history.listings[dest] for dest, on in listings.items() if on]
+    if len(chosen) > 1:
+        fail(f"Give only one of {', '.join('--' + c for c in chosen)}.")
+    if chosen:
+        listing = history.commands[chosen[0]]
         ctx.invoke(listing, session=session, limit=limit, as_json=as_json, home=home)
         return
     from .app import prompt_rows

@@ -32,6 +32,7 @@ class ClientError(Exception):
 
 
 def daemon_url(url: str | None = None) -> str:
+    """The daemon's base URL: `url`, else LMD_URL, else http://127.0.0.1:8420."""
     return (url or os.environ.get("LMD_URL") or DEFAULT_URL).rstrip("/")
 
 
@@ -162,32 +163,3 @@ def say(
     if as_json:
         return json.loads(raw)
     return raw.decode("utf-8")
-
-
-def _json_safe(value: Any) -> Any:
-    """Contents JSON cannot carry as they are: bytes become UTF-8 text (like the server)."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).decode("utf-8", "replace")
-    return value
-
-
-def lm_score_result(
-    parts: list, *, url: str | None = None, token: str | None = None, cache: bool = True
-) -> dict:
-    """POST /lm_score for LM_SCORE(*parts); the daemon's whole JSON answer."""
-    body: dict[str, Any] = {
-        "contents": [_json_safe(p) for p in parts[:-1]],
-        "question": _json_safe(parts[-1]) if parts else None,
-        "cache": cache,
-    }
-    _, _, raw = request("POST", "/lm_score", body, url=url, token=token)
-    return json.loads(raw)
-
-
-def LM_SCORE(*parts: Any, url: str | None = None, token: str | None = None) -> int:  # noqa: N802
-    """The spec's LM_SCORE: contents..., then a yes/no question -> 0 (no) to 10 (yes).
-
-    Asks the running daemon (LMD_URL, default http://127.0.0.1:8420); raises ClientError
-    with the daemon's sentence when it cannot score.
-    """
-    return lm_score_result(list(parts), url=url, token=token)["score"]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pluggy
 
@@ -19,7 +20,7 @@ from .modes import Mode
 from .plugins import get_plugin_manager
 from .settings import Setting, SettingError, Settings
 
-__all__ = ["Daemon", "Registry", "collect", "default_home", "parse_setting"]
+__all__ = ["Daemon", "Registry", "Route", "collect", "default_home", "parse_setting"]
 
 
 def check_setting(registry: Registry, name: str, value: Any) -> None:
@@ -40,25 +41,57 @@ def parse_setting(registry: Registry, name: str, raw: Any) -> Any:
     return value
 
 
+class Route(NamedTuple):
+    """A route a plugin registered, and which plugin it was."""
+
+    path: str
+    endpoint: Any
+    methods: list[str] | None
+    plugin: str
+
+
 @dataclass
 class Registry:
     """Everything the plugins registered."""
 
     modes: dict[str, Mode] = field(default_factory=dict)
     specs: dict[str, Setting] = field(default_factory=dict)
-    routes: list[tuple[str, Any, list[str] | None]] = field(default_factory=list)
+    routes: list[Route] = field(default_factory=list)
     migrations: list[tuple[str, Any]] = field(default_factory=list)
 
 
+_PARAM = re.compile(r"\{[^}]*\}")
+
+
+def route_keys(path: str, methods: list[str] | None) -> list[str]:
+    """ "METHOD /path" for each method, parameters unnamed: /a/{x} and /a/{y} are one route."""
+    shape = _PARAM.sub("{}", path)
+    return [f"{m.upper()} {shape}" for m in (methods or ["GET"])]  # Starlette's default: GET
+
+
+def _clash(what: str, first: str, second: str) -> LmdError:
+    """One sentence for a name two registrations claim."""
+    if first == second:
+        return LmdError(f"Plugin {first} registers {what} twice; register it once.")
+    if first == "core":
+        return LmdError(f"Plugin {second} registers {what}, which is the core's own; rename it.")
+    return LmdError(
+        f"Plugins {first} and {second} both register {what}; remove one of them, or choose "
+        "the plugins to load with LMD_LOAD_PLUGINS."
+    )
+
+
 def collect(pm: pluggy.PluginManager) -> Registry:
-    """Call the register_* hooks; refuse duplicate names with a clear sentence."""
+    """Call the register_* hooks; refuse a setting, mode or route registered twice with one
+    sentence naming both plugins."""
     reg = Registry(specs={s.name: s for s in CORE_SETTINGS})
 
     for impl in pm.hook.register_settings.get_hookimpls():
 
         def add_setting(setting: Setting, _plugin=impl.plugin_name) -> None:
             if setting.name in reg.specs:
-                raise LmdError(f"Plugin {_plugin} registers the setting {setting.name} twice.")
+                owner = reg.specs[setting.name].plugin
+                raise _clash(f"the setting {setting.name}", owner, _plugin)
             reg.specs[setting.name] = Setting(**{**setting.__dict__, "plugin": _plugin})
 
         impl.function(register=add_setting)
@@ -67,15 +100,25 @@ def collect(pm: pluggy.PluginManager) -> Registry:
 
         def add_mode(mode: Mode, _plugin=impl.plugin_name) -> None:
             if mode.name in reg.modes:
-                raise LmdError(f"Two plugins register a mode called {mode.name}.")
+                raise _clash(f"a mode called {mode.name}", reg.modes[mode.name].plugin, _plugin)
             reg.modes[mode.name] = Mode(**{**mode.__dict__, "plugin": _plugin})
 
         impl.function(register=add_mode)
 
-    def add_route(path: str, endpoint: Any, methods: list[str] | None = None) -> None:
-        reg.routes.append((path, endpoint, methods))
+    owners: dict[str, str] = {}  # "METHOD /path" -> plugin
+    for impl in pm.hook.register_routes.get_hookimpls():
 
-    pm.hook.register_routes(register=add_route)
+        def add_route(
+            path: str, endpoint: Any, methods: list[str] | None = None, _plugin=impl.plugin_name
+        ) -> None:
+            keys = route_keys(path, methods)
+            for key in keys:
+                if key in owners:
+                    raise _clash(f"the route {key}", owners[key], _plugin)
+            owners.update(dict.fromkeys(keys, _plugin))
+            reg.routes.append(Route(path, endpoint, methods, _plugin))
+
+        impl.function(register=add_route)
 
     for impl in pm.hook.register_migrations.get_hookimpls():
 

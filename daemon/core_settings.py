@@ -167,13 +167,10 @@ CORE_SETTINGS = [
     Setting("max_thought_loops", 6, "int", "Most model turns per request.", min=1, max=100),
     Setting(
         "directive_aliases",
-        {
-            "marat": ["murat", "marrat", "ma rat"],
-            "dali": ["dolly", "dally"],
-            "cobol": ["kobol", "co bol"],
-        },
+        {},
         "json",
-        "Extra spoken forms of directives per mode.",
+        "More spoken forms of directives, per mode, beside those each mode declares, like "
+        '{"marat": ["murat"]}.',
         check=_check_aliases,
     ),
     Setting("max_tokens", 3500, "int", "Most tokens of history sent to the model.", min=1),
@@ -209,6 +206,12 @@ CORE_SETTINGS = [
     Setting("len_discount", 0.01, "float", "phi: discount per token of length.", min=0),
     Setting("karma_multiplier", 10.0, "float", "xi: multiplier of karma.", min=0),
     Setting("min_score_to_include_prompt", 0.00001, "float", "Lowest score sent.", min=0),
+    Setting(
+        "speak_plain_replies",
+        False,
+        "bool",
+        "Strip markdown from every text/plain reply on /v1 (X-Speak: 0 keeps it).",
+    ),
     Setting("max_body_bytes", 1048576, "int", "Largest request body in bytes.", min=64),
     Setting("shutdown_grace_secs", 10.0, "float", "Seconds to finish work on shutdown.", min=0),
     Setting(

@@ -271,7 +271,7 @@ def plugin_operation(path: str, endpoint: Any, method: str) -> dict:
 def build_spec(daemon: Daemon) -> dict:
     """The whole OpenAPI 3.1 document for this daemon and its plugins."""
     paths = core_paths(sorted(daemon.registry.specs))
-    for path, endpoint, methods in daemon.registry.routes:
+    for path, endpoint, methods, plugin in daemon.registry.routes:
         clean = _PARAM.sub(r"{\1}", path)
         item = paths.setdefault(clean, {})
         for method in methods or ["GET"]:
@@ -279,7 +279,7 @@ def build_spec(daemon: Daemon) -> dict:
             if m == "head" or m in item:
                 continue
             op = plugin_operation(path, endpoint, m)
-            op.setdefault("x-lmd-plugin", getattr(endpoint, "__module__", "?"))
+            op.setdefault("x-lmd-plugin", plugin)
             item[m] = op
     for item in paths.values():
         for op in item.values():

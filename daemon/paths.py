@@ -3,11 +3,12 @@
 - An output that would destroy an existing file is refused unless the user said so
   (`--force`): a mistyped `-o` must not cost a day of judged battles.
 - A path that arrives over HTTP may only name a file inside the daemon's home (LMD_HOME) or
-  the package's own files; `..`, absolute paths and symlinks leading out are refused. Over
-  HTTP the caller is a program, not the person at the keyboard, so it must not make the
-  daemon read (and send to a model) an arbitrary file such as ~/.ssh/id_rsa. Settings that
-  name a file or directory the daemon opens are protected (only the CLI or a request with
-  the token may set them), so the rule need not be checked again when they are used.
+  one of the files the calling plugin ships and names (`also`); `..`, absolute paths and
+  symlinks leading out are refused. Over HTTP the caller is a program, not the person at
+  the keyboard, so it must not make the daemon read (and send to a model) an arbitrary file
+  such as ~/.ssh/id_rsa. Settings that name a file or directory the daemon opens are
+  protected (only the CLI or a request with the token may set them), so the rule need not
+  be checked again when they are used.
 - Outputs are written atomically (a temporary file, then rename) with the mode a plain
   `open(path, "w")` would give: the umask's for a new file, the old mode for a replaced one.
   Only secrets are 0600.
@@ -17,11 +18,10 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Iterable
 from pathlib import Path
 
 from daemon.errors import LmdError
-
-PLUGIN_FILES = Path(__file__).resolve().parent.parent / "plugins"  # built-in prompt files
 
 
 def refuse_overwrite(path: str | Path | None, force: bool, flag: str = "--force") -> None:
@@ -39,9 +39,12 @@ def refuse_overwrite(path: str | Path | None, force: bool, flag: str = "--force"
         return  # unreadable: the writer itself reports it
 
 
-def allowed_http_path(value: str, home: Path, what: str = "file") -> Path:
-    """`value` resolved (symlinks followed) when it lies inside `home` or the package's
-    own files; relative paths are taken from `home`. Otherwise a 403 sentence."""
+def allowed_http_path(
+    value: str, home: Path, what: str = "file", also: Iterable[str | Path] = ()
+) -> Path:
+    """`value` resolved (symlinks followed) when it lies inside `home` or is (or lies inside)
+    one of `also`, the files a plugin ships; relative paths are taken from `home`.
+    Otherwise a 403 sentence."""
     if not isinstance(value, str) or "\x00" in value:
         raise LmdError(f"The {what} must be a file name as text.", status=400)
     raw = Path(value)
@@ -50,7 +53,7 @@ def allowed_http_path(value: str, home: Path, what: str = "file") -> Path:
         resolved = candidate.resolve()
     except (OSError, RuntimeError):  # symlink loops
         resolved = None
-    roots = [Path(home).resolve(), PLUGIN_FILES]
+    roots = [Path(home).resolve(), *(Path(p).resolve() for p in also)]
     if resolved is None or not any(resolved.is_relative_to(root) for root in roots):
         raise LmdError(
             f"Over HTTP the {what} must be a file inside the daemon's home ({home}); copy it "

@@ -28,6 +28,8 @@ _MIN_SECRET = 8  # shorter values would mangle ordinary output; such a token is 
 
 @dataclass
 class CommandResult:
+    """How one command ran: exit code, output (cut, secrets redacted), duration, timeout."""
+
     command: str
     cwd: str
     exit_code: int | None  # None when killed by the timeout

@@ -33,6 +33,7 @@ def parse_bind(bind: str) -> tuple[str, int]:
 
 
 def is_loopback(host: str) -> bool:
+    """Whether a bind host is this machine only (localhost, 127.0.0.0/8, ::1)."""
     if host == "localhost":
         return True
     try:
@@ -76,8 +77,8 @@ def sandbox_state(level: str) -> str:
     found = sandbox.detect()
     if not found.available:
         return (
-            f"{found.sentence()} Until then, with marat_approval unsafe, every command waits "
-            "for a spoken yes."
+            f"{found.sentence()} Until then, every command that would run sandboxed waits for "
+            "a spoken yes."
         )
     return f"sandbox_level {level}: {found.sentence()}"
 

@@ -146,7 +146,7 @@ class Setting:
 def refuse_if_protected(spec: Setting, token_presented: bool) -> None:
     """Refuse (403) a change to a protected setting that arrives over HTTP (a route, or a mode
     answering /v1) without the daemon's token: being the owner's process is not enough for
-    these (see daemon.guard.token_presented)."""
+    these (see token_presented)."""
     if spec.protected and not token_presented:
         raise LmdError(
             f"The setting {spec.name} is protected: change it with "
@@ -168,6 +168,7 @@ def _show(raw: Any) -> str:
 
 
 def env_name(name: str) -> str:
+    """The environment variable that overrides a setting: `LMD_<NAME>`."""
     return "LMD_" + name.upper()
 
 

@@ -1,9 +1,10 @@
 """What cog writes into the docs and settings.sql, from the code itself.
 
-Run `make docs` after changing a Setting, a command or the sample plugin; `make lint` and
-tests/core/test_docs.py fail while a generated part is stale. Only the built-in plugins (the
-`lmd` entry points of this repository's pyproject.toml) are documented, whatever else happens
-to be installed, so the output is the same on every machine.
+Run `make docs` after changing a Setting, a command, daemon.api or the sample plugin;
+`make lint` and tests/core/test_docs.py fail while a generated part is stale. Only the
+built-in plugins (the `lmd` entry points of this repository's pyproject.toml) are
+documented, whatever else happens to be installed, so the output is the same on every
+machine.
 """
 
 from __future__ import annotations
@@ -153,4 +154,15 @@ def sample_plugin() -> str:
         lang = "python" if path.suffix == ".py" else "toml"
         rel = path.relative_to(ROOT).as_posix()
         out.append(f"\n`{rel}`:\n\n```{lang}\n{path.read_text().rstrip()}\n```\n")
+    return "".join(out)
+
+
+def public_api() -> str:
+    """docs/plugins.md's list of daemon.api: each name with its one-line docs, by group."""
+    from daemon import api
+
+    out = []
+    for title, names in api.groups().items():
+        out.append(f"\n**{title}**\n\n| name | what |\n|---|---|\n")
+        out.extend(f"| `{name}` | {_cell(api.summary(name))} |\n" for name in names)
     return "".join(out)

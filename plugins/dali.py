@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from daemon.hookspecs import hookimpl
-from daemon.modes import Context, Mode
+from daemon.api import Context, Mode, hookimpl
 
 
 async def respond(ctx: Context) -> AsyncIterator[str]:
@@ -19,4 +18,11 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
 
 @hookimpl
 def register_modes(register):
-    register(Mode("dali", respond, description="Free chat: history and your words, nothing else."))
+    register(
+        Mode(
+            "dali",
+            respond,
+            description="Free chat: history and your words, nothing else.",
+            aliases=("dolly", "dally"),  # how speech engines hear it
+        )
+    )

@@ -18,11 +18,17 @@ import json
 import re
 from collections.abc import AsyncIterator
 
-from daemon.errors import LmdError
-from daemon.guard import token_presented
-from daemon.hookspecs import hookimpl
-from daemon.modes import Context, Mode
-from daemon.settings import SettingError, Settings, env_name, refuse_if_protected
+from daemon.api import (
+    Context,
+    LmdError,
+    Mode,
+    SettingError,
+    Settings,
+    env_name,
+    hookimpl,
+    refuse_if_protected,
+    token_presented,
+)
 
 DIRECTIVE = "knob"
 ALIASES = ("nob", "knobs")
@@ -177,7 +183,7 @@ def handle(ctx: Context) -> str:
         name, raw = _split_name_value(rest, settings)
         spec = settings.spec(name)
         refuse_if_protected(spec, token_presented())
-        from daemon.core import check_setting  # here: `lmd --help` must not import asyncio
+        from daemon.api import check_setting  # here: `lmd --help` must not import asyncio
 
         try:
             value = typed_value(raw, spec)

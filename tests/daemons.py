@@ -174,14 +174,32 @@ def echo_plugin_manager():
     return pm
 
 
+_SAMPLE_INSTALLED: list[Path] = []  # the pip-installed sample, built once per test run
+
+
 def install_sample(site: Path) -> None:
-    """Install the sample plugin the way pip would: a module plus a dist-info entry point."""
-    site.mkdir(parents=True, exist_ok=True)
-    (site / "lmd_echo.py").write_text((SAMPLE_PLUGIN / "lmd_echo.py").read_text())
-    info = site / "lmd_echo-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lmd-echo\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[lmd]\necho = lmd_echo\n")
+    """pip-install the sample plugin (tests/sample_plugin, its own pyproject.toml) into
+    `site`; put `site` on PYTHONPATH (plugin_env) for a daemon or `lmd` to find it."""
+    import atexit
+    import importlib.util
+    import shutil
+    import tempfile
+
+    if not _SAMPLE_INSTALLED:
+        work = Path(tempfile.mkdtemp(prefix="lmd-echo-"))
+        atexit.register(shutil.rmtree, work, True)
+        source = work / "lmd-echo"  # a copy: pip builds inside the source tree
+        shutil.copytree(SAMPLE_PLUGIN, source, ignore=shutil.ignore_patterns("__pycache__"))
+        # Offline when setuptools is at hand (the build backend the sample names).
+        has_setuptools = importlib.util.find_spec("setuptools") is not None
+        offline = ["--no-build-isolation", "--no-index"] if has_setuptools else []
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", *offline,
+             "--target", str(work / "site"), str(source)],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        _SAMPLE_INSTALLED.append(work / "site")
+    shutil.copytree(_SAMPLE_INSTALLED[0], site, dirs_exist_ok=True)
 
 
 def plugin_module(name: str, source: str) -> types.ModuleType:

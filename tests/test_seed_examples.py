@@ -121,7 +121,7 @@ Score:"""  # noqa: W291 (the seed's space after "Content:")
 
 
 def test_the_lm_score_specs_four_examples(live, backend):
-    from daemon.client import LM_SCORE
+    from plugins.lm_score.client import LM_SCORE
 
     # What a good model answers to each, scripted by question.
     answers = {

@@ -7,20 +7,7 @@ rest when it runs, so `lmd say` stays fast.
 
 from __future__ import annotations
 
-from daemon.hookspecs import hookimpl
-from daemon.settings import Setting
-
-
-@hookimpl
-def register_settings(register):
-    register(
-        Setting(
-            "speak_plain_replies",
-            False,
-            "bool",
-            "Strip markdown from every text/plain reply on /v1 (X-Speak: 0 keeps it).",
-        )
-    )
+from daemon.api import hookimpl
 
 
 @hookimpl

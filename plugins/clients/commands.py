@@ -14,8 +14,7 @@ def _fail(message: str, code: int = 1) -> None:
 
 
 def _mode_names() -> list[str]:
-    from daemon.core import collect
-    from daemon.plugins import get_plugin_manager
+    from daemon.api import collect, get_plugin_manager
 
     return list(collect(get_plugin_manager()).modes)
 
@@ -40,7 +39,7 @@ def add_commands(cli: click.Group) -> None:
     def propose(line: tuple[str, ...], url: str | None, session: str | None, cwd: str | None):
         """Print one proposed bash command for LINE; nothing is run (control characters and
         escape sequences are removed: the line goes into your command line)."""
-        from daemon.client import ClientError, request
+        from daemon.api import ClientError, request
 
         headers = {"Accept": "text/plain"}
         if session:
@@ -51,7 +50,7 @@ def add_commands(cli: click.Group) -> None:
             _, _, raw = request("POST", "/v1/propose", " ".join(line), url=url, headers=headers)
         except ClientError as e:
             _fail(e.message)
-        from daemon.terminal import clean
+        from daemon.api import clean
 
         # The line goes into the shell's command line: no escape sequence may hide or
         # rewrite any part of it, terminal or not.
@@ -74,7 +73,7 @@ def add_commands(cli: click.Group) -> None:
         return f
 
     def spec_from(bind: str, home: Path | None):
-        from daemon.core import default_home
+        from daemon.api import default_home
 
         from .service import ServiceSpec, this_lmd
 
@@ -97,8 +96,7 @@ def add_commands(cli: click.Group) -> None:
     @click.option("--no-start", is_flag=True, help="Write the unit only; do not enable it.")
     def service_install(platform, target_dir, bind, home, no_start) -> None:
         """Write the unit and start it now and at every login."""
-        from daemon.errors import LmdError
-        from daemon.server import check_policy, is_loopback, parse_bind
+        from daemon.api import LmdError, check_policy, is_loopback, parse_bind
 
         from .service import (
             control_commands,
@@ -167,7 +165,7 @@ def add_commands(cli: click.Group) -> None:
     )
     def doctor(offline: bool, as_json: bool, home: Path | None) -> None:
         """Check the database, settings, backend, tokenizer, bind policy and plugins."""
-        from daemon.core import default_home
+        from daemon.api import default_home
 
         from .doctor import FAIL, report, run_checks
 

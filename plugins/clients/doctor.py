@@ -122,7 +122,7 @@ def _http_json(
 
 def check_backend(settings: Any) -> list[Finding]:
     """GET /models, then one tiny chat call asking for logprobs."""
-    from daemon.llm import api_key, endpoint_from
+    from daemon.api import api_key, endpoint_from
 
     base = endpoint_from(settings)
     key = api_key()
@@ -198,7 +198,7 @@ def check_backend(settings: Any) -> list[Finding]:
 
 
 def check_tokenizer(model: str) -> Finding:
-    from daemon import tokens
+    from daemon.api import tokens
 
     name = tokens.tokenizer_name(model)
     if name.startswith("tiktoken"):
@@ -213,9 +213,7 @@ def check_tokenizer(model: str) -> Finding:
 
 def check_sandbox(settings: Any) -> Finding:
     """Can commands run in the OS sandbox here? Without one, marat asks before every command."""
-    from daemon import sandbox
-    from daemon.errors import LmdError
-    from daemon.server import sandbox_state
+    from daemon.api import LmdError, sandbox, sandbox_state
 
     try:
         level = settings["sandbox_level"]
@@ -227,8 +225,7 @@ def check_sandbox(settings: Any) -> Finding:
 
 
 def check_policy(environ: dict) -> Finding:
-    from daemon.errors import LmdError
-    from daemon.server import is_loopback, parse_bind
+    from daemon.api import LmdError, is_loopback, parse_bind
 
     bind = environ.get("LMD_BIND") or "127.0.0.1:8420"
     token = environ.get("LMD_TOKEN") or environ.get("LMD_TOKEN_FILE")
@@ -256,7 +253,7 @@ def check_private_files(home: Path) -> Finding:
     """LMD_HOME 0700; the database, its WAL files and the token 0600 (serve fixes them)."""
     import stat
 
-    from daemon.home import PRIVATE_FILES
+    from daemon.api import PRIVATE_FILES
 
     loose = []
     for path in [home, *(home / name for name in PRIVATE_FILES)]:
@@ -329,7 +326,7 @@ def check_token(home: Path, environ: dict) -> Finding:
 
 
 def check_daemon(environ: dict) -> Finding:
-    from daemon.client import daemon_url
+    from daemon.api import daemon_url
 
     url = daemon_url(environ.get("LMD_URL"))
     status, data, error = _http_json(url + "/healthz", environ.get("LMD_TOKEN") or "", 3.0)
@@ -350,7 +347,7 @@ def check_daemon(environ: dict) -> Finding:
 def check_plugins(pm: Any) -> Finding:
     from importlib.metadata import entry_points
 
-    from daemon.plugins import wanted_plugins
+    from daemon.api import wanted_plugins
 
     wanted = wanted_plugins()
     loaded = {name for name, _ in pm.list_name_plugin()}
@@ -373,9 +370,7 @@ def check_plugins(pm: Any) -> Finding:
 
 def run_checks(home: Path, offline: bool = False, environ: dict | None = None) -> list[Finding]:
     """Every check, in the order a person would fix them."""
-    from daemon.core import collect
-    from daemon.plugins import get_plugin_manager
-    from daemon.settings import Settings
+    from daemon.api import Settings, collect, get_plugin_manager
 
     env = dict(os.environ if environ is None else environ)
     pm = get_plugin_manager()

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.errors import LmdError
+from daemon.api import LmdError
 
 MODEL_PREFIX = "lmd"
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
@@ -325,10 +325,14 @@ async def chat_completions(request: Any) -> Any:
 async def _chat(request: Any) -> Any:
     from starlette.responses import JSONResponse, StreamingResponse
 
-    from daemon import tokens
-    from daemon.app import read_json, session_name
-    from daemon.speak import wants_speech
-    from daemon.turn import TurnReply, working_directory
+    from daemon.api import (
+        TurnReply,
+        read_json,
+        session_name,
+        tokens,
+        wants_speech,
+        working_directory,
+    )
 
     daemon = request.app.state.daemon
     body = await read_json(request, daemon)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from daemon.errors import LmdError
+from daemon.api import LmdError
 
 SYSTEM_PROMPT = (
     "You turn a request into exactly one bash command for {system}. The working directory is "
@@ -44,9 +44,7 @@ async def propose(request: Any) -> Any:
 
     from starlette.responses import PlainTextResponse
 
-    from daemon.app import decode_text, read_body, session_name
-    from daemon.modes import record_turn
-    from daemon.turn import working_directory
+    from daemon.api import decode_text, read_body, record_turn, session_name, working_directory
 
     daemon = request.app.state.daemon
     settings = daemon.settings()

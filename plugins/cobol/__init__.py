@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from daemon.hookspecs import hookimpl
-from daemon.modes import Mode
-from daemon.settings import Setting
+from daemon.api import Mode, Setting, hookimpl
 
 SETTINGS = (
     Setting(
@@ -46,6 +44,7 @@ def register_modes(register):
             "cobol",
             respond,
             description="Code through git: focus, rewrite, compile, compile and fix, undo, diff.",
+            aliases=("kobol", "co bol"),  # how speech engines hear it
         )
     )
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from daemon import sandbox
-from daemon.errors import LmdError
+from daemon.api import LmdError, sandbox
 
 from . import build, focus, prompts
 from .edits import apply_and_record, ask_for_patch
@@ -81,7 +80,7 @@ async def compile_request(job: Job, fix: bool) -> AsyncIterator[str]:
 
 async def run_build(job: Job, command: str, policy: Any = None):
     """Run the build (in the sandbox when `policy` is given)."""
-    from daemon.runner import daemon_secrets, run_command
+    from daemon.api import daemon_secrets, run_command
 
     s = job.ctx.settings
     result = await run_command(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from daemon.errors import LmdError
+from daemon.api import LmdError
 
 from . import focus, patches, prompts
 from .intents import EDIT_TARGET, plural

@@ -7,9 +7,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from daemon import tokens
-from daemon.errors import LmdError
-from daemon.words import plural
+from daemon.api import LmdError, plural, tokens
 
 # Definitions in the common languages: def/class (Python), function (JS), func (Go, with an
 # optional receiver), fn (Rust), plus a few modifiers that may precede them.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from daemon.words import plural  # noqa: F401  (cobol's modules import it from here)
+from daemon.api import plural  # noqa: F401  (cobol's modules import it from here)
 
 YES = {
     "yes",

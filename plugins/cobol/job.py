@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon.errors import LmdError
-from daemon.modes import Context
+from daemon.api import Context, LmdError
 
 from . import focus
 from .focus import Focus

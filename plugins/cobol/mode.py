@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-from daemon.modes import Context
+from daemon.api import Context
 
 from . import focus, patches
 from .compiling import compile_and_fix, compile_once, compile_request

@@ -6,7 +6,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from daemon.errors import LmdError
+from daemon.api import LmdError
 
 # Git's own messages in English and no pager or password prompt, whatever the user's setup.
 _GIT_ENV = {"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
@@ -37,7 +37,7 @@ async def git(repo: str, *args: str, stdin: bytes | None = None) -> tuple[int, s
     command, git gets an allowlisted environment (plus the user's GIT_* variables): the API
     key and the token never reach it; and no fsmonitor, hook or filter driver the repository
     configures runs (see _SAFE_GIT)."""
-    from daemon.sandbox import command_env
+    from daemon.api import command_env
 
     env = command_env(repo, _GIT_ENV, [n for n in os.environ if n.startswith("GIT_")])
     code, names = await _run_git(

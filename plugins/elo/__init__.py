@@ -6,8 +6,7 @@ when needed so the CLI and the daemon start fast.
 
 from __future__ import annotations
 
-from daemon.hookspecs import hookimpl
-from daemon.settings import Setting
+from daemon.api import Setting, hookimpl
 
 
 def _check_models_file(value: str) -> str | None:

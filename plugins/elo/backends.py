@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.errors import LmdError
+from daemon.api import LmdError
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Endpoint:
         return os.environ.get("OPENAI_API_KEY") or "sk-no-key-needed"
 
     def client(self) -> Any:
-        from daemon.llm import LLM
+        from daemon.api import LLM
 
         return LLM(self.base_url, self.api_key(), self.timeout, self.retries, self.model)
 
@@ -82,8 +82,7 @@ def load_models_file(path: str | Path | None) -> dict[str, dict]:
 
 def resolve(name: str, settings: Any, models_file: str | Path | None = None) -> Endpoint:
     """The endpoint of model `name`: from the models file, else the daemon's endpoint."""
-    from daemon.core import default_home
-    from daemon.llm import endpoint_from
+    from daemon.api import default_home, endpoint_from
 
     path = models_file or settings["elo_models_file"] or default_home() / "elo_models.yaml"
     table = load_models_file(path)

@@ -17,10 +17,7 @@ from typing import Any
 
 import click
 
-from daemon.cli import home_option
-from daemon.errors import LmdError
-from daemon.paths import refuse_overwrite
-from daemon.words import plural
+from daemon.api import LmdError, home_option, plural, refuse_overwrite
 
 FORMATS = ("table", "csv", "json", "markdown")
 FILE = click.Path(dir_okay=False, path_type=Path)
@@ -125,7 +122,7 @@ def rating_options(f):
 
 # -- settings ---------------------------------------------------------------------------------
 def load_settings(home: Path | None) -> Any:
-    from daemon.cli import open_daemon_state
+    from daemon.api import open_daemon_state
 
     _, store, settings = open_daemon_state(home)
     store.close()
@@ -137,8 +134,7 @@ def load_elo_settings(home: Path | None) -> Any:
     the rating commands then start in a fraction of the time."""
     import sqlite3
 
-    from daemon.core import default_home
-    from daemon.settings import Settings
+    from daemon.api import Settings, default_home
 
     from . import SETTINGS
 
@@ -250,7 +246,7 @@ def answer(
     home: Path | None,
 ) -> None:
     """Ask MODEL every question it has not answered yet; resumable."""
-    from daemon.shards import parse_shard
+    from daemon.api import parse_shard
 
     from .answers import answer_questions, merge
     from .backends import resolve
@@ -314,7 +310,7 @@ def judge(
     home: Path | None,
 ) -> None:
     """Let an LLM judge each battle: winner, response, justification, is_valid."""
-    from daemon.shards import parse_shard
+    from daemon.api import parse_shard
 
     from .backends import resolve
     from .files import check_arrangement, read_qa, read_table, write_table
@@ -612,7 +608,7 @@ def matrix(
 @home_option
 def import_(battles_file: Path, skip_invalid: bool, home: Path | None) -> None:
     """Load judged battles into the daemon's database (shown at /elo)."""
-    from daemon.cli import open_daemon_state
+    from daemon.api import open_daemon_state
 
     from .files import read_battles
     from .store import add_battles

@@ -15,8 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemon.errors import LmdError
-from daemon.paths import write_atomic
+from daemon.api import LmdError, write_atomic
 
 from .ratings import normalise_winner
 

@@ -107,7 +107,7 @@ def gpt_4_completion(
 
 def default_judge() -> Endpoint:
     """The judge named by elo_judge_model, resolved as `lmd elo judge` would."""
-    from daemon.cli import open_daemon_state
+    from daemon.api import open_daemon_state
 
     from .backends import resolve
 

@@ -9,8 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.errors import LmdError
-from daemon.words import plural
+from daemon.api import LmdError, plural
 
 from .ratings import (
     Battles,

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.errors import LmdError
+from daemon.api import LmdError
 
 WINNERS = ("model_a", "model_b", "tie", "tie (bothbad)")
 SCORE_OF_A = {"model_a": 1.0, "model_b": 0.0, "tie": 0.5, "tie (bothbad)": 0.5}

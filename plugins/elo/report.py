@@ -14,7 +14,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from daemon.words import plural
+from daemon.api import plural
 
 from .leaderboard import ordered, rows_of
 from .ratings import Battles, EloParams, matrices, online_elo_history

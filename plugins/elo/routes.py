@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from daemon.errors import LmdError
+from daemon.api import LmdError
 
 
 def _options(request: Any, settings: Any) -> Any:
@@ -103,7 +103,7 @@ async def add_battles(request: Any) -> Any:
     """Body: {"battles": [{model_a, model_b, winner, ...}, ...]} (or the bare list)."""
     from starlette.responses import JSONResponse
 
-    from daemon.app import read_json
+    from daemon.api import read_json
 
     from .files import FULL_COLUMNS, Table
     from .store import add_battles as add

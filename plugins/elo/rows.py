@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from daemon.words import plural
+from daemon.api import plural
 
 from .arrange import battle_key
 from .files import FULL_COLUMNS, EloFileError, read_table

@@ -16,8 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from daemon.errors import LmdError
-from daemon.shards import Shard, describe_parts, part_of
+from daemon.api import LmdError, Shard, describe_parts, part_of
 
 from .arrange import battle_key
 from .files import QA, EloFileError, Table

@@ -7,7 +7,7 @@ ensembles, retries), cache, sql (SQLite), routes (POST /lm_score), commands (lmd
 
 from __future__ import annotations
 
-from daemon.hookspecs import hookimpl
+from daemon.api import hookimpl
 
 from .config import SETTINGS
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from daemon.cli import fail as _fail
-from daemon.cli import home_option as _home_option
+from daemon.api import fail as _fail
+from daemon.api import home_option as _home_option
 
 
 @click.command()
@@ -36,10 +36,10 @@ def score(
     The original project's keys in ./.env apply (SERVER_URL with its API_TOKEN, MODEL,
     ENSEMBLE, AGGREGATION, THINKING); your OPENAI_API_KEY never goes to a SERVER_URL from
     a file."""
-    from daemon.errors import LmdError
+    from daemon.api import LmdError
 
     if via_daemon:
-        from daemon.client import ClientError, lm_score_result
+        from .client import ClientError, lm_score_result
 
         try:
             result = lm_score_result(list(parts), url=url, cache=not no_cache)
@@ -99,7 +99,7 @@ def sql(
     The LM_SCOREs a statement needs are collected first and scored concurrently."""
     import sqlite3
 
-    from daemon.errors import LmdError
+    from daemon.api import LmdError
 
     from .sql import SqlScorer, open_scorer
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.settings import Setting, SettingError
+from daemon.api import Setting, SettingError
 
 
 def _check_url(value: str) -> str | None:
@@ -177,8 +177,7 @@ def resolve(
 
     `notes` collects one sentence per `.env` key used or ignored (the CLI prints them).
     """
-    from daemon.llm import NO_KEY, api_key, base_url, endpoint_from
-    from daemon.settings import env_name
+    from daemon.api import NO_KEY, api_key, base_url, endpoint_from, env_name
 
     env = os.environ if environ is None else environ
     notes = [] if notes is None else notes

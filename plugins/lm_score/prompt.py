@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from daemon.errors import LmdError
+from daemon.api import LmdError
 
 # Exactly the seed's f-string (note the space after "Content:"). Do not reformat.
 PROMPT_TEMPLATE = (

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from daemon.errors import LmdError
+from daemon.api import LmdError
 
 
 def scorer_for(daemon: Any, settings: Any) -> Any:
     """The daemon's Scorer for the current settings (kept, so n-support is learnt once)."""
-    from daemon.llm import api_key, endpoint_from
+    from daemon.api import api_key, endpoint_from
 
     from .cache import ScoreCache
     from .config import resolve
@@ -53,7 +53,7 @@ def parse_body(data: Any) -> tuple[list | None, str | None, bool]:
 async def lm_score(request: Any) -> Any:
     from starlette.responses import JSONResponse
 
-    from daemon.app import read_json
+    from daemon.api import read_json
 
     daemon = request.app.state.daemon
     parts, prompt, use_cache = parse_body(await read_json(request, daemon))

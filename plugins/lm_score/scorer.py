@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from daemon.errors import BackendError, LmdError
+from daemon.api import BackendError, LmdError
 
 from .aggregate import aggregate
 from .cache import ScoreCache, cache_key
@@ -70,7 +70,7 @@ def _backend_failure(e: BackendError, config: ScoreConfig | None = None) -> LmdE
             detail=e.detail,
         )
     if config is not None and _unreachable(cause):
-        from daemon.llm import shown_url
+        from daemon.api import shown_url
 
         return BackendError(
             f"I could not reach the scoring model at {shown_url(config.endpoint)}; check that "
@@ -106,7 +106,7 @@ class Scorer:
     def __init__(
         self, config: ScoreConfig, llm: Any = None, cache: ScoreCache | None = None
     ) -> None:
-        from daemon.llm import LLM
+        from daemon.api import LLM
 
         self.config = config
         self.owns_llm = llm is None
@@ -207,7 +207,7 @@ class Scorer:
         return results  # type: ignore[return-value]
 
     def check_budget(self, prompt: str) -> None:
-        from daemon import tokens
+        from daemon.api import tokens
 
         limit = self.config.max_prompt_tokens
         # Cheap bound first: a token is at least one byte, so short prompts need no count.

@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from daemon.errors import LmdError
+from daemon.api import LmdError
 
 from .prompt import split_parts
 
@@ -190,7 +190,7 @@ def open_scorer(
     in that file apply, and one line on stderr says what each did."""
     import sys
 
-    from daemon.cli import open_daemon_state
+    from daemon.api import open_daemon_state
 
     from .cache import ScoreCache
     from .config import read_dotenv, resolve

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from daemon.hookspecs import hookimpl
-from daemon.modes import Context, Mode
-from daemon.settings import Setting
+from daemon.api import Context, Mode, Setting, add_history_listing, hookimpl
 
 from . import safety
 
@@ -60,6 +58,7 @@ def register_modes(register):
             "marat",
             respond,
             description="Speak a task; the daemon runs bash for you, asking before it writes.",
+            aliases=("murat", "marrat", "ma rat"),  # how speech engines hear it
         )
     )
 
@@ -89,6 +88,5 @@ def register_routes(register):
 def register_commands(cli):
     from .audit import commands_command
 
-    history = cli.commands.get("history")
-    if history is not None and "commands" not in getattr(history, "commands", {}):
-        history.add_command(commands_command)  # reached by `lmd history --commands`
+    # `lmd history commands`, also `lmd history --commands`
+    add_history_listing(cli, commands_command, "Commands marat ran (its audit) instead.")

@@ -125,14 +125,14 @@ def format_row(r: dict) -> str:
     )
 
 
-@click.command("commands", hidden=True)
+@click.command("commands")
 @click.option("--session", "-s", help="Only this session.")
 @click.option("--limit", "-n", default=20, show_default=True, type=click.IntRange(1, 100000))
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), envvar="LMD_HOME")
 def commands_command(session: str | None, limit: int, as_json: bool, home: Path | None) -> None:
     """Commands marat ran: where, exit code, duration, how each was approved and sandboxed."""
-    from daemon.cli import open_daemon_state
+    from daemon.api import open_daemon_state
 
     _, store, _ = open_daemon_state(home)
     found = rows(store, session, limit)
@@ -149,7 +149,7 @@ async def commands_route(request: Any) -> Any:
     """GET /marat/commands?session=NAME&limit=N: the audit as JSON."""
     from starlette.responses import JSONResponse
 
-    from daemon.errors import LmdError
+    from daemon.api import LmdError
 
     store = request.app.state.daemon.store
     try:

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from daemon.runner import CommandResult, run_command, usable_cwd
+from daemon.api import CommandResult, run_command, usable_cwd
 
 if TYPE_CHECKING:
-    from daemon.sandbox import Policy
+    from daemon.api import Policy
 
 # No command gets a terminal: pagers and editors must not wait for one.
 QUIET_ENV = {

@@ -14,10 +14,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from daemon import sandbox
-from daemon.modes import Context
-from daemon.runner import daemon_secrets
-from daemon.words import plural
+from daemon.api import Context, daemon_secrets, plural, sandbox
 
 from . import audit, prompt, safety
 from .execute import execute, start_dir

@@ -5,7 +5,7 @@ Hooks only; the work lives in the small modules beside this one, imported when u
 
 from __future__ import annotations
 
-from daemon.hookspecs import hookimpl
+from daemon.api import hookimpl
 
 
 @hookimpl

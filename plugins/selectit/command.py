@@ -11,9 +11,7 @@ from typing import Any
 
 import click
 
-from daemon.errors import LmdError
-from daemon.paths import refuse_overwrite
-from daemon.words import plural
+from daemon.api import LmdError, plural, refuse_overwrite
 
 
 def default_output(dataset: Path, scorer: str | None = None, part: Any = None) -> Path:
@@ -182,8 +180,7 @@ def check_engine(o: dict, backend: str) -> Any:
 
 
 def run(**o: Any) -> int:
-    from daemon.cli import open_daemon_state
-    from daemon.shards import parse_shard
+    from daemon.api import open_daemon_state, parse_shard
 
     from .config import load_yaml, resolve
     from .datasets import parse_fields, read_dataset

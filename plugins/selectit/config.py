@@ -11,8 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from daemon.errors import LmdError
-from daemon.settings import Setting
+from daemon.api import LmdError, Setting
 
 # The spec's keys first, then this implementation's extras (also accepted in the YAML file).
 SPEC_KEYS = ("name", "model", "rp_file", "k", "alpha", "max_length", "batch_size")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon.errors import LmdError
+from daemon.api import LmdError
 
 FIELD_NAMES = ("instruction", "input", "output", "id", "conversations")
 HUMAN_ROLES = {"human", "user"}

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from daemon.errors import BackendError
+from daemon.api import BackendError
 
 from .prompts import Prompt
 from .scoring import Rating, rating_from_logprobs
@@ -162,13 +162,13 @@ class DaemonTokens:
     """
 
     def __init__(self, model: str) -> None:
-        from daemon import tokens
+        from daemon.api import tokens
 
         self.model = model
         self.encoding = tokens.encoding_for(model)
 
     def count(self, text: str) -> int:
-        from daemon import tokens
+        from daemon.api import tokens
 
         if self.encoding is None:
             return tokens.estimate(text)

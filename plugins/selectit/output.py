@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
-from daemon.errors import LmdError
+from daemon.api import LmdError
 
 from .datasets import id_key
 
@@ -190,7 +190,7 @@ def summary(
     part: Any = None,
 ) -> list[str]:
     """The lines said at the end of a run: counts, shortened and skipped samples, warnings."""
-    from daemon.words import plural
+    from daemon.api import plural
 
     rate = stats["scored"] / elapsed if elapsed > 0 else 0.0
     where = f"part {part}: " if part is not None else ""

@@ -21,7 +21,7 @@ def local_model(cfg: Config) -> str:
 
 def make_openai_rater(cfg: Config, settings: Any, llm: Any = None) -> Any:
     """An OpenAIRater on the daemon's backend (a fresh client when `llm` is None)."""
-    from daemon.llm import LLM, api_key, endpoint_from
+    from daemon.api import LLM, api_key, endpoint_from
 
     from .openai_backend import OpenAIRater
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.errors import LmdError
+from daemon.api import LmdError
 
 from .datasets import Sample
 from .engine import Result, fitted_prompts, rated

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from daemon.errors import LmdError
+from daemon.api import LmdError
 
 OPTION_KEYS = ("k", "alpha", "rp_file", "model", "api", "backend", "top_logprobs", "details")
 OPTION_KEYS += ("fields",)
@@ -47,10 +47,14 @@ def confine_paths(cfg: Any, options: dict, home: Any) -> Any:
     the daemon's home: a request must not make the daemon read an arbitrary file."""
     from dataclasses import replace
 
-    from daemon.paths import allowed_http_path
+    from daemon.api import allowed_http_path
+
+    from .prompts import BUILTIN_FILE
 
     if options.get("rp_file"):
-        cfg = replace(cfg, rp_file=str(allowed_http_path(cfg.rp_file, home, "rp_file")))
+        # Our own rating prompts may be named too: they are public and hold no secret.
+        path = allowed_http_path(cfg.rp_file, home, "rp_file", also=[BUILTIN_FILE])
+        cfg = replace(cfg, rp_file=str(path))
     if options.get("model") and cfg.backend == "transformers":
         cfg = replace(cfg, model=str(allowed_http_path(cfg.model, home, "model directory")))
     return cfg
@@ -59,7 +63,7 @@ def confine_paths(cfg: Any, options: dict, home: Any) -> Any:
 async def selectit_route(request: Any) -> Any:
     from starlette.responses import JSONResponse
 
-    from daemon.app import read_json
+    from daemon.api import read_json
 
     from .config import resolve
     from .datasets import check_unique, id_key, parse_fields, to_sample

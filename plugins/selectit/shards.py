@@ -11,8 +11,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from daemon.errors import LmdError
-from daemon.shards import Shard, describe_parts, part_of
+from daemon.api import LmdError, Shard, describe_parts, part_of
 
 from .output import WHOLE, ScoresFile, write_rows
 
@@ -114,7 +113,7 @@ def merge_parts(
     output: Path, files: list[Path], dataset_override: Path | None = None, force: bool = False
 ) -> tuple[object, dict[str, dict], int]:
     """Write OUT (and its meta) from the parts; returns (dataset, rows by id key, parts)."""
-    from daemon.paths import refuse_overwrite
+    from daemon.api import refuse_overwrite
 
     from .datasets import parse_fields, read_dataset
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from daemon.errors import LmdError
+from daemon.api import LmdError
 
 from .prompts import ANSWER_CUE, Prompt
 from .scoring import RATINGS, Rating, renormalise

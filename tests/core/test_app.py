@@ -88,6 +88,7 @@ def test_a_directive_alone_switches_mode_and_later_utterances_follow_it(make_cli
     from tests.daemons import echo_plugin_manager
 
     client = make_client(pm=echo_plugin_manager())
+    backend.handler = lambda body: body["messages"][-1]["content"]  # the model says it back
     r = client.post("/v1", content="Echo.", headers=JSON)
     assert r.json()["reply"] == "Switched to echo mode." and r.json()["mode"] == "echo"
     r = client.post("/v1", content="say this back", headers=JSON)
@@ -95,7 +96,8 @@ def test_a_directive_alone_switches_mode_and_later_utterances_follow_it(make_cli
     # a directive word later in the sentence is content
     r = client.post("/v1", content="paint it like dali", headers=JSON)
     assert r.json()["mode"] == "echo" and r.json()["reply"] == "echo: paint it like dali"
-    assert backend.requests == []
+    said = [b["messages"][-1]["content"] for b in backend.chat_requests]
+    assert said == ["say this back", "paint it like dali"]  # the directive alone asked nothing
 
 
 def test_idle_session_falls_back_to_default_prompt(make_client, backend, home):

@@ -300,7 +300,7 @@ def test_clients_refuse_a_daemon_run_by_another_user(stranger, stranger_dir, hom
             f"The program listening at 127.0.0.1:{port} runs as another user "
             f"(uid {stranger.pw_uid}), not as you, so I sent it nothing."
         )
-        from daemon.client import LM_SCORE, ClientError
+        from plugins.lm_score.client import LM_SCORE, ClientError
 
         monkeypatch.setenv("LMD_HOME", str(home))
         with pytest.raises(ClientError, match="runs as another user"):

@@ -103,7 +103,7 @@ def test_generated_parts_are_current():
 
 def test_settings_sql_is_one_commented_insert_per_builtin_setting():
     specs = docgen.builtin_settings()
-    assert {s.plugin for s in specs} >= {"core", "marat", "cobol", "lm_score", "elo", "clients"}
+    assert {s.plugin for s in specs} >= {"core", "marat", "cobol", "lm_score", "elo", "selectit"}
     text = (ROOT / "settings.sql").read_text()
     db = sqlite3.connect(":memory:")
     db.executescript(text)  # valid SQL as it stands
@@ -151,6 +151,15 @@ def test_every_hookspec_is_documented_with_its_signature():
     headings = set(re.findall(r"^### (\w+\(.*\))$", text, re.M))
     assert hooks - headings == set(), "undocumented hooks (add a ### heading to docs/plugins.md)"
     assert headings - hooks == set(), "docs/plugins.md documents hooks that do not exist"
+
+
+def test_every_public_api_name_is_documented_with_its_summary():
+    """Each name of daemon.api.__all__ is a row of docs/plugins.md with its one-line docs."""
+    from daemon import api
+
+    text = (DOCS / "plugins.md").read_text()
+    missing = [name for name in api.__all__ if f"| `{name}` | {api.summary(name)} |" not in text]
+    assert len(api.__all__) > 40 and missing == [], "undocumented names (run `make docs`)"
 
 
 # -- pages and links --------------------------------------------------------------------

@@ -31,7 +31,10 @@ def test_allowed_http_path_rules(tmp_path):
     assert allowed_http_path(str(home / "rp.txt"), home) == (home / "rp.txt").resolve()
     from plugins.selectit.prompts import BUILTIN_FILE
 
-    assert allowed_http_path(str(BUILTIN_FILE), home) == BUILTIN_FILE.resolve()  # our own file
+    # A plugin's own file only when the plugin names it (the core knows no plugin's files).
+    assert allowed_http_path(str(BUILTIN_FILE), home, also=[BUILTIN_FILE]) == BUILTIN_FILE.resolve()
+    with pytest.raises(LmdError):
+        allowed_http_path(str(BUILTIN_FILE), home)
     for bad in ["../secret.txt", str(outside), "link.txt", "/etc/passwd", "sub/../../secret.txt"]:
         with pytest.raises(LmdError) as e:
             allowed_http_path(bad, home, "rp_file")

@@ -13,8 +13,8 @@ def test_in_process_mode_route_and_setting(make_client, backend):
     assert data["prefix"] == "echo" and {"dali", "echo"} <= set(data["modes"])
     assert client.put("/settings/echo_prefix", content="parrot").status_code == 200
     r = client.post("/v1", content="Eko, hello there", headers={"Accept": "application/json"})
-    assert r.json()["mode"] == "echo" and r.json()["reply"] == "parrot: hello there"
-    assert backend.requests == []
+    assert r.json()["mode"] == "echo" and r.json()["reply"] == "parrot: ok"
+    assert backend.chat_requests[-1]["messages"][-1] == {"role": "user", "content": "hello there"}
 
 
 def test_installed_plugin_over_http_in_a_live_daemon(tmp_path, live, backend):
@@ -23,11 +23,13 @@ def test_installed_plugin_over_http_in_a_live_daemon(tmp_path, live, backend):
     d = live(env={"PYTHONPATH": str(site)})
     from daemon.client import request, say
 
+    backend.queue("hi from far away")
     assert say("echo hi from far away", url=d.url) == "echo: hi from far away\n"
     status, _, body = request("GET", "/echo", url=d.url)
     assert status == 200 and "echo" in json.loads(body)["modes"]
     status, _, body = request("PUT", "/settings/echo_prefix", "bird", url=d.url)
     assert json.loads(body)["value"] == "bird"
+    backend.queue("tweet")
     assert say("echo tweet", url=d.url) == "bird: tweet\n"
 
 
@@ -51,11 +53,12 @@ def test_lmd_plugins_lists_plugins_hooks_modes_directives(tmp_path):
     names = {p["name"]: p for p in info["plugins"]}
     assert "dali" in names and "echo" in names
     assert names["echo"]["modes"] == ["echo"]
-    assert set(names["echo"]["hooks"]) == {"register_modes", "register_settings", "register_routes"}
+    hooks = {"register_modes", "register_settings", "register_routes", "register_commands"}
+    assert set(names["echo"]["hooks"]) == hooks
     assert info["directives"]["echo"] == ["echo", "eko"]
     assert info["tokenizer"].startswith(("tiktoken", "estimate"))
     text = run_lmd("plugins", env={"PYTHONPATH": str(site)}).stdout
-    assert "echo: register_modes" in text and "tokenizer:" in text
+    assert "echo: register_commands, register_modes" in text and "tokenizer:" in text
 
 
 def test_lmd_load_plugins_restricts_loading(tmp_path):

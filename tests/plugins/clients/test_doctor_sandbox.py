@@ -29,7 +29,7 @@ def test_no_sandbox_warns_with_the_reason_and_the_remedy(monkeypatch):
     assert found.message == (
         "no sandbox: LMD_BWRAP names /nonexistent/bwrap, which does not exist. To get one, "
         "install the bubblewrap package (apt install bubblewrap, or dnf install bubblewrap). "
-        "Until then, with marat_approval unsafe, every command waits for a spoken yes."
+        "Until then, every command that would run sandboxed waits for a spoken yes."
     )
 
 

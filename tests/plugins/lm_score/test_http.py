@@ -1,4 +1,4 @@
-"""POST /lm_score in-process and through a live daemon, and daemon.client.LM_SCORE."""
+"""POST /lm_score in-process and through a live daemon, and plugins.lm_score.client.LM_SCORE."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def test_backend_429_is_429(client, backend):
 
 def test_importing_the_client_stays_light():
     code = (
-        "import sys, daemon.client as c; assert callable(c.LM_SCORE);"
+        "import sys, plugins.lm_score.client as c; assert callable(c.LM_SCORE);"
         "heavy = [m for m in ('openai', 'numpy', 'starlette', 'tiktoken', 'httpx', 'tqdm')"
         " if m in sys.modules]; print(heavy)"
     )
@@ -131,7 +131,7 @@ def test_importing_the_client_stays_light():
 def test_live_daemon_route_and_LM_SCORE(live, backend, home):  # noqa: N802
     import urllib.request
 
-    from daemon.client import LM_SCORE, ClientError
+    from plugins.lm_score.client import LM_SCORE, ClientError
 
     configure(home, lm_score_ensemble="t", lm_score_ensemble_size=3)
     backend.handler = lambda body: Reply("10") if "Is this a test?" in str(body) else Reply("3")

@@ -1,0 +1,240 @@
+"""The public plugin API: everything a plugin may use, in one module.
+
+A plugin (built-in or third-party) imports from here and nowhere else in `daemon`; the rest
+of the package may change without notice. docs/plugins.md lists these names with their
+one-line docs, and a test fails when a built-in plugin imports a private module.
+
+Names resolve on first use (PEP 562), so `import daemon.api` costs almost nothing and a
+plugin's module level stays light: `lmd --help` imports every plugin, and must not pull in
+openai, tiktoken, numpy, starlette or hypercorn.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name -> the private module that defines it. Grouped as docs/plugins.md shows them.
+_GROUPS: dict[str, dict[str, str]] = {
+    # Hooks and what they register.
+    "Registering": {
+        "hookimpl": "daemon.hookspecs",
+        "Mode": "daemon.modes",
+        "Context": "daemon.modes",
+        "Setting": "daemon.settings",
+        "Daemon": "daemon.core",
+    },
+    # Exceptions: raise one with a sentence a voice user can act on.
+    "Errors": {
+        "LmdError": "daemon.errors",
+        "BackendError": "daemon.errors",
+        "SettingError": "daemon.settings",
+        "ClientError": "daemon.client",
+    },
+    # Settings, the registry and the store, outside a request.
+    "Settings and state": {
+        "Settings": "daemon.settings",
+        "env_name": "daemon.settings",
+        "refuse_if_protected": "daemon.settings",
+        "check_setting": "daemon.core",
+        "collect": "daemon.core",
+        "Registry": "daemon.core",
+        "get_plugin_manager": "daemon.plugins",
+        "wanted_plugins": "daemon.plugins",
+        "default_home": "daemon.home",
+        "PRIVATE_FILES": "daemon.home",
+        "record_turn": "daemon.modes",
+    },
+    # Writing routes: the request body, the session, the one reply path.
+    "HTTP": {
+        "read_json": "daemon.app",
+        "read_body": "daemon.app",
+        "decode_text": "daemon.app",
+        "session_name": "daemon.app",
+        "working_directory": "daemon.turn",
+        "TurnReply": "daemon.turn",
+        "wants_speech": "daemon.speak",
+        "token_presented": "daemon.guard",
+        "allowed_http_path": "daemon.paths",
+    },
+    # Writing commands for the `lmd` group.
+    "CLI": {
+        "home_option": "daemon.cli",
+        "fail": "daemon.cli",
+        "open_daemon_state": "daemon.cli",
+        "add_history_listing": "daemon.cli",
+        "refuse_overwrite": "daemon.paths",
+        "write_atomic": "daemon.paths",
+        "clean": "daemon.terminal",
+    },
+    # Talking to a running daemon (the light client: standard library only).
+    "Client": {
+        "request": "daemon.client",
+        "daemon_url": "daemon.client",
+    },
+    # How the server is bound and sandboxed (for diagnostics such as `lmd doctor`).
+    "Server": {
+        "parse_bind": "daemon.server",
+        "is_loopback": "daemon.server",
+        "check_policy": "daemon.server",
+        "sandbox_state": "daemon.server",
+    },
+    # Running commands: a process group, a timeout, the sandbox, secrets redacted.
+    "Commands": {
+        "run_command": "daemon.runner",
+        "CommandResult": "daemon.runner",
+        "usable_cwd": "daemon.runner",
+        "daemon_secrets": "daemon.runner",
+        "command_env": "daemon.sandbox",
+        "Policy": "daemon.sandbox",
+        "sandbox": "daemon.sandbox",
+    },
+    # The language model backend.
+    "LLM": {
+        "LLM": "daemon.llm",
+        "api_key": "daemon.llm",
+        "base_url": "daemon.llm",
+        "endpoint_from": "daemon.llm",
+        "shown_url": "daemon.llm",
+        "NO_KEY": "daemon.llm",
+        "tokens": "daemon.tokens",
+    },
+    # Sentences and splitting work into parts.
+    "Words and shards": {
+        "plural": "daemon.words",
+        "Shard": "daemon.shards",
+        "parse_shard": "daemon.shards",
+        "part_of": "daemon.shards",
+        "describe_parts": "daemon.shards",
+    },
+}
+
+# Names that are whole modules (a namespace of helpers) rather than an attribute of one.
+_MODULES = {"sandbox", "tokens"}
+
+# Constants have no docstring of their own.
+_NOTES = {
+    "PRIVATE_FILES": "The files in LMD_HOME that only the daemon's owner may read.",
+    "NO_KEY": "The API key sent when there is none (local servers ignore it).",
+}
+
+_WHERE = {name: module for group in _GROUPS.values() for name, module in group.items()}
+
+__all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
+    "hookimpl",
+    "Mode",
+    "Context",
+    "Setting",
+    "Daemon",
+    "LmdError",
+    "BackendError",
+    "SettingError",
+    "ClientError",
+    "Settings",
+    "env_name",
+    "refuse_if_protected",
+    "check_setting",
+    "collect",
+    "Registry",
+    "get_plugin_manager",
+    "wanted_plugins",
+    "default_home",
+    "PRIVATE_FILES",
+    "record_turn",
+    "read_json",
+    "read_body",
+    "decode_text",
+    "session_name",
+    "working_directory",
+    "TurnReply",
+    "wants_speech",
+    "token_presented",
+    "allowed_http_path",
+    "home_option",
+    "fail",
+    "open_daemon_state",
+    "add_history_listing",
+    "refuse_overwrite",
+    "write_atomic",
+    "clean",
+    "request",
+    "daemon_url",
+    "parse_bind",
+    "is_loopback",
+    "check_policy",
+    "sandbox_state",
+    "run_command",
+    "CommandResult",
+    "usable_cwd",
+    "daemon_secrets",
+    "command_env",
+    "Policy",
+    "sandbox",
+    "LLM",
+    "api_key",
+    "base_url",
+    "endpoint_from",
+    "shown_url",
+    "NO_KEY",
+    "tokens",
+    "plural",
+    "Shard",
+    "parse_shard",
+    "part_of",
+    "describe_parts",
+]
+
+
+def groups() -> dict[str, list[str]]:
+    """The public names by group, in the order docs/plugins.md lists them."""
+    return {title: list(names) for title, names in _GROUPS.items()}
+
+
+def summary(name: str) -> str:
+    """A public name's first docstring paragraph on one line (what docs/plugins.md shows)."""
+    import inspect
+
+    if name in _NOTES:
+        return _NOTES[name]
+    doc = inspect.getdoc(__getattr__(name)) or ""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its module on first use, then keep it here."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"daemon.api has no {name!r}; docs/plugins.md lists what it offers.")
+    found = importlib.import_module(module)
+    value = found if name in _MODULES else getattr(found, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, "groups", "summary"])
+
+
+if TYPE_CHECKING:  # editors and type checkers see the real definitions
+    from daemon import sandbox, tokens
+    from daemon.app import decode_text, read_body, read_json, session_name
+    from daemon.cli import add_history_listing, fail, home_option, open_daemon_state
+    from daemon.client import ClientError, daemon_url, request
+    from daemon.core import Daemon, Registry, check_setting, collect
+    from daemon.errors import BackendError, LmdError
+    from daemon.guard import token_presented
+    from daemon.home import PRIVATE_FILES, default_home
+    from daemon.hookspecs import hookimpl
+    from daemon.llm import LLM, NO_KEY, api_key, base_url, endpoint_from, shown_url
+    from daemon.modes import Context, Mode, record_turn
+    from daemon.paths import allowed_http_path, refuse_overwrite, write_atomic
+    from daemon.plugins import get_plugin_manager, wanted_plugins
+    from daemon.runner import CommandResult, daemon_secrets, run_command, usable_cwd
+    from daemon.sandbox import Policy, command_env
+    from daemon.server import check_policy, is_loopback, parse_bind, sandbox_state
+    from daemon.settings import Setting, SettingError, Settings, env_name, refuse_if_protected
+    from daemon.shards import Shard, describe_parts, parse_shard, part_of
+    from daemon.speak import wants_speech
+    from daemon.terminal import clean
+    from daemon.turn import TurnReply, working_directory
+    from daemon.words import plural
