@@ -148,8 +148,12 @@ def parse_json(text: str, example: str = "a JSON object") -> Any:
     except ValueError as e:  # any other refusal of the decoder
         problem = str(e).split(";")[0] or type(e).__name__
     else:
-        check_encodable(data)
-        return data
+        try:
+            check_encodable(data)
+        except RecursionError:  # decoded just under the limit; encoding it again goes deeper
+            problem = "it is nested too deeply"
+        else:
+            return data
     raise LmdError(f"The request body is not valid JSON ({problem}); send {example}.")
 
 

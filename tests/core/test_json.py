@@ -47,6 +47,19 @@ HOSTILE = [
 ]
 
 
+def test_every_nesting_depth_is_data_or_a_sentence():
+    """Near the recursion limit a body can decode and then fail to encode again (the surrogate
+    check): every depth up to past the limit must give the data or the nesting sentence,
+    never a RecursionError (hypothesis found one under xdist, where the stack runs deeper)."""
+    import sys
+
+    for depth in range(sys.getrecursionlimit() - 300, sys.getrecursionlimit() + 20):
+        try:
+            parse_json("[" * depth + "]" * depth)
+        except LmdError as e:
+            assert "it is nested too deeply" in str(e), depth
+
+
 @pytest.mark.parametrize(("name", "body", "problem"), HOSTILE, ids=[h[0] for h in HOSTILE])
 def test_hostile_json_gets_a_sentence_on_every_json_route(
     client, backend, json_routes, name, body, problem
