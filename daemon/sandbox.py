@@ -601,8 +601,11 @@ def bwrap_args(
         a += ["--size", str(max(64, policy.limits.file_size_mb) * 1024 * 1024)]
     a += ["--tmpfs", "/tmp"]
     # /tmp is private, but when the working directory or home lives in it, the directory tree
-    # of /tmp holding it comes back (read-only), so `cd ..` and siblings still work.
-    for top in dict.fromkeys(_tmp_tree(p) for p in (policy.cwd, policy.home)):
+    # of /tmp holding it comes back (read-only), so `cd ..` and siblings still work. So does
+    # lmd's own installation (a clone or venv in /tmp): a command sees the same programs
+    # wherever lmd was installed.
+    here = (policy.cwd, policy.home, *_own_install())
+    for top in dict.fromkeys(_tmp_tree(p) for p in here):
         if top:
             a += ["--ro-bind", top, top]
     for root in policy.writable:
@@ -628,6 +631,11 @@ def bwrap_args(
     if seccomp_fd is not None:
         a += ["--seccomp", str(seccomp_fd)]
     return a
+
+
+def _own_install() -> tuple[str, ...]:
+    """Where lmd runs from: its Python environment and the folder holding its packages."""
+    return (sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parent.parent))
 
 
 def _tmp_tree(path: str) -> str | None:

@@ -262,6 +262,30 @@ def test_read_only_no_network_private_tmp_fresh_proc(tmp_path):
 
 
 @pytest.mark.bwrap
+def test_lmd_installed_in_tmp_stays_visible_read_only(tmp_path, monkeypatch):
+    """A clone or venv in /tmp (a CI checkout) keeps its programs; other /tmp trees stay out."""
+    install = Path(tempfile.mkdtemp(prefix="lmd-install-", dir="/tmp"))
+    other = Path(tempfile.mkdtemp(prefix="lmd-other-", dir="/tmp"))
+    try:
+        tool = install / "venv" / "bin" / "tool"
+        tool.parent.mkdir(parents=True)
+        tool.write_text("#!/bin/sh\necho tool ran\n")
+        tool.chmod(0o755)
+        (other / "secret.txt").write_text("nope\n")
+        monkeypatch.setattr(sandbox, "_own_install", lambda: (str(install / "venv"),))
+        cmd = f"{tool}; touch {install}/x 2>&1; cat {other}/secret.txt 2>&1; echo LS; ls /tmp"
+        r = run(cmd, tmp_path, policy(tmp_path))
+        assert "tool ran" in r.output and "Read-only file system" in r.output
+        assert "nope" not in r.output and "No such file" in r.output
+        listed = r.output.split("LS\n", 1)[1].split()
+        assert install.name in listed and other.name not in listed
+        assert not (install / "x").exists()
+    finally:
+        shutil.rmtree(install)
+        shutil.rmtree(other)
+
+
+@pytest.mark.bwrap
 def test_unix_sockets_refused_socketpair_fine(tmp_path):
     script = (
         "import socket\n"

@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 
@@ -414,17 +415,29 @@ def test_a_real_process_stopped_midway_resumes_to_the_same_file(home, backend, t
     backend.handler = task_handler
     reference = tmp_path / "ref.jsonl"
     assert run_cli(home, data, "-o", reference).exit_code == 0
-    backend.latency = 0.05
+    # Tasks after the fourth wait at the backend until the signal is sent: the process is
+    # always stopped midway, however busy the machine (no race with a fast run).
+    gate = threading.Event()
+
+    def held(body: dict) -> Reply:
+        if int(TASK.search(prompt_of(body)).group(1)) > 4:
+            gate.wait(20)
+        return task_handler(body)
+
+    backend.handler = held
     out = tmp_path / "s.jsonl"
     env = {**os.environ, "LMD_HOME": str(home)}
     cmd = [sys.executable, "-m", "daemon.cli", "selectit", str(data), "-o", str(out)]
     proc = subprocess.Popen(
         [*cmd, "--concurrency", "2"], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True
     )
-    deadline = time.time() + 20
-    while time.time() < deadline and (not out.exists() or out.read_text().count("\n") < 4):
-        time.sleep(0.02)
-    proc.send_signal(sig)
+    try:
+        deadline = time.time() + 20
+        while time.time() < deadline and (not out.exists() or out.read_text().count("\n") < 4):
+            time.sleep(0.02)
+        proc.send_signal(sig)
+    finally:
+        gate.set()
     _, err = proc.communicate(timeout=20)
     if sig == signal.SIGINT:  # Ctrl-C: a clean stop that says how to go on
         assert proc.returncode == 130, err
@@ -432,7 +445,7 @@ def test_a_real_process_stopped_midway_resumes_to_the_same_file(home, backend, t
     else:  # a crash: no goodbye, maybe a torn last line
         assert proc.returncode == -signal.SIGKILL
     assert 4 <= out.read_text().count("\n") < 30
-    backend.latency = 0
+    backend.handler = task_handler
     assert run_cli(home, data, "-o", out).exit_code == 0
     assert out.read_bytes() == reference.read_bytes()
 
