@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -428,19 +429,30 @@ def test_a_real_process_stopped_midway_resumes_to_the_same_file(home, backend, t
     out = tmp_path / "s.jsonl"
     env = {**os.environ, "LMD_HOME": str(home)}
     cmd = [sys.executable, "-m", "daemon.cli", "selectit", str(data), "-o", str(out)]
-    proc = subprocess.Popen(
-        [*cmd, "--concurrency", "2"], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True
-    )
+    # A handler (not an ignore) and no block in this process, so the child starts with
+    # Ctrl-C's default: an ignored or blocked SIGINT is inherited across exec, and a test
+    # runner's worker may have either.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        proc = subprocess.Popen(
+            [*cmd, "--concurrency", "2"], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True
+        )
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, before)
     try:
         deadline = time.time() + 20
         while time.time() < deadline and (not out.exists() or out.read_text().count("\n") < 4):
             time.sleep(0.02)
+        status = Path(f"/proc/{proc.pid}/status").read_text()
         proc.send_signal(sig)
     finally:
         gate.set()
     _, err = proc.communicate(timeout=20)
     if sig == signal.SIGINT:  # Ctrl-C: a clean stop that says how to go on
-        assert proc.returncode == 130, err
+        signals = [line for line in status.splitlines() if line.startswith("Sig")]
+        assert proc.returncode == 130, (err, before, mask, signals)
         assert "interrupted" in err and "Run the same command again to resume" in err
     else:  # a crash: no goodbye, maybe a torn last line
         assert proc.returncode == -signal.SIGKILL
