@@ -106,6 +106,7 @@ _GROUPS: dict[str, dict[str, str]] = {
         "parse_shard": "daemon.shards",
         "part_of": "daemon.shards",
         "describe_parts": "daemon.shards",
+        "file_sha256": "daemon.shards",
     },
 }
 
@@ -182,6 +183,7 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "parse_shard",
     "part_of",
     "describe_parts",
+    "file_sha256",
 ]
 
 
@@ -233,7 +235,7 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.sandbox import Policy, command_env
     from daemon.server import check_policy, is_loopback, parse_bind, sandbox_state
     from daemon.settings import Setting, SettingError, Settings, env_name, refuse_if_protected
-    from daemon.shards import Shard, describe_parts, parse_shard, part_of
+    from daemon.shards import Shard, describe_parts, file_sha256, parse_shard, part_of
     from daemon.speak import wants_speech
     from daemon.terminal import clean
     from daemon.turn import TurnReply, working_directory

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from .errors import LmdError
 
@@ -69,3 +70,12 @@ def describe_parts(indexes: list[int], count: int) -> str:
     if len(names) == 1:
         return f"part {names[0]}"
     return "parts " + ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes: merge checks every part was made from the same input."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from daemon.api import LmdError, Shard, describe_parts, part_of
+from daemon.api import LmdError, Shard, describe_parts, file_sha256, part_of
 
 from .arrange import battle_key
 from .files import QA, EloFileError, Table
@@ -35,14 +35,6 @@ def battle_identity(question: str, model_a: str, model_b: str) -> str:
     return json.dumps([q, sorted(pair)], ensure_ascii=False)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
@@ -52,7 +44,7 @@ def _input(path: Path | None) -> dict | None:
         return None
     if str(path) == "-":
         raise LmdError("--shard needs its input as a file, not stdin; save it to a file first.")
-    return {"path": str(Path(path).resolve()), "sha256": _sha256(Path(path))}
+    return {"path": str(Path(path).resolve()), "sha256": file_sha256(Path(path))}
 
 
 # -- the parts' records ---------------------------------------------------------------------
@@ -270,7 +262,7 @@ def _input_file(record: dict, name: str, override: Path | None) -> Path | None:
     path = Path(override) if override else Path(meta["path"])
     if not path.exists():
         raise LmdError(f"The {what} the parts ran on, {path}, is gone; give it with {flag}.")
-    if _sha256(path) != meta["sha256"]:
+    if file_sha256(path) != meta["sha256"]:
         raise LmdError(
             f"{path} is not the {what} the parts ran on (its content differs); give that file "
             f"with {flag}, or run the parts again."

@@ -8,20 +8,11 @@ writes OUT in dataset order with the meta a whole run leaves: the same bytes.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
-from daemon.api import LmdError, Shard, describe_parts, part_of
+from daemon.api import LmdError, Shard, describe_parts, file_sha256, part_of
 
 from .output import WHOLE, ScoresFile, write_rows
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def run_record(dataset: Path, fields: str | None, skip_bad: bool, details: bool) -> dict:
