@@ -273,6 +273,20 @@ def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
     return predicate()
 
 
+# Headless Chromium for page tests: no GPU, no first-run or background traffic (a test's
+# loopback listener must see only what the page itself does).
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
 def apt_tool(name: str, package: str | None = None) -> str:
     """The path of a system tool (chromium, curl), installed with apt when missing (CI runs
     as root on a fresh machine); skips the test, saying why, where that is impossible."""

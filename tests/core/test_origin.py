@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from daemon.guard import FOREIGN_PAGE
-from tests.daemons import apt_tool
+from tests.daemons import CHROMIUM_FLAGS, apt_tool
 
 TOKEN = "origin-test-token-0123456789"
 LMD = str(Path(sys.executable).parent / "lmd")
@@ -157,17 +157,7 @@ async function attempt(name, url, options) {
 })();
 </script></body></html>
 """
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--virtual-time-budget=15000",
-]
+FLAGS = [*CHROMIUM_FLAGS, "--virtual-time-budget=15000"]
 
 
 class PageServer:

@@ -12,25 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import ROOT, apt_tool
+from tests.daemons import CHROMIUM_FLAGS, ROOT, apt_tool
 
 from .conftest import lmd
 
 HERE = Path(__file__).parent
 SMALL = HERE / "data" / "elo_small_battles.csv"
 ARTIFACTS = ROOT / "tests" / "artifacts"  # screenshots, ignored by git
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--enable-logging=stderr",
-    "--v=0",
-]
+FLAGS = [*CHROMIUM_FLAGS, "--enable-logging=stderr", "--v=0"]
 CONSOLE = re.compile(r"CONSOLE|Uncaught", re.I)
 
 
