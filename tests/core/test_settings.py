@@ -8,25 +8,7 @@ from daemon.core import collect
 from daemon.plugins import get_plugin_manager
 from daemon.settings import Setting, SettingError, Settings
 from tests.daemons import lmd_in_process
-
-SEED_DEFAULTS = {
-    "system": "Ubuntu 22.04",
-    "default_prompt": "dali",
-    "end_session_after_idle_secs": 300,
-    "max_thought_loops": 6,
-    "max_tokens": 3500,
-    "max_bash_output_len_for_response": 2000,
-    "recent_history_limit": 50,
-    "default_karma": 1000,
-    "instructive_karma": 10000,
-    "contextual_karma": 2500,
-    "decorative_karma": 500,
-    "expiring_id_discount": 3.0,
-    "expiring_created_at_discount": 300.0,
-    "len_discount": 0.01,
-    "karma_multiplier": 10.0,
-    "min_score_to_include_prompt": 0.00001,
-}
+from tests.test_seed_examples import SEED_SETTINGS
 
 
 def builtin_specs():
@@ -35,7 +17,7 @@ def builtin_specs():
 
 def test_all_eighteen_seed_settings_exist_with_the_original_defaults():
     specs = builtin_specs()
-    for name, value in SEED_DEFAULTS.items():
+    for name, value in SEED_SETTINGS.items():
         assert specs[name].default == value, name
     assert "openai_model" in specs and specs["openai_model"].default != "gpt-3.5-turbo"
     assert specs["openai_chat_endpoint"].default.endswith("/chat/completions")
@@ -108,7 +90,7 @@ def test_unknown_setting_is_a_clear_404():
 # -- over HTTP ------------------------------------------------------------------------------
 def test_http_list_get_put_reset(client):
     listed = client.get("/settings").json()["settings"]
-    assert {r["name"] for r in listed} >= set(SEED_DEFAULTS)
+    assert {r["name"] for r in listed} >= set(SEED_SETTINGS)
     assert client.get("/settings/max_tokens").json()["value"] == 3500
     r = client.put("/settings/max_tokens", content="4000")
     assert r.status_code == 200 and r.json()["value"] == 4000

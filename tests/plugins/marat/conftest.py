@@ -8,6 +8,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Test User",
     "GIT_AUTHOR_EMAIL": "test@example.com",
@@ -87,3 +89,11 @@ def history(client, session: str = "s1") -> list[dict]:
 
 def messages_text(body: dict) -> str:
     return "\n".join(m["content"] for m in body["messages"])
+
+
+@pytest.fixture
+def projects(tmp_path, monkeypatch):
+    """Two git projects under tmp_path (see make_projects), git's identity from GIT_ENV."""
+    for k, v in GIT_ENV.items():
+        monkeypatch.setenv(k, v)
+    return make_projects(tmp_path)

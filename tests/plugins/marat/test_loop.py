@@ -18,18 +18,10 @@ from .conftest import (
     final,
     git,
     history,
-    make_projects,
     messages_text,
     say,
     say_live,
 )
-
-
-@pytest.fixture
-def projects(tmp_path, monkeypatch):
-    for k, v in GIT_ENV.items():
-        monkeypatch.setenv(k, v)
-    return make_projects(tmp_path)
 
 
 @pytest.fixture

@@ -13,16 +13,9 @@ from daemon import sandbox
 from daemon.runner import REDACTED
 from plugins.marat.loop import decide
 
-from .conftest import GIT_ENV, action, final, make_projects, say
+from .conftest import action, final, say
 
 SENTINEL = "sk-sentinel-approval-0123456789abcdef"
-
-
-@pytest.fixture
-def projects(tmp_path, monkeypatch):
-    for k, v in GIT_ENV.items():
-        monkeypatch.setenv(k, v)
-    return make_projects(tmp_path)
 
 
 @pytest.fixture
