@@ -34,7 +34,7 @@ def timed(fn, rounds: int) -> list[float]:
 def main(rounds: int = 30) -> None:
     from starlette.testclient import TestClient
 
-    from daemon.app import create_app
+    from daemon.http.app import create_app
 
     with FakeBackend() as backend, tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"

@@ -250,8 +250,8 @@ def bench_guard() -> None:
     """The Guard around a do-nothing app, on the scope of a real loopback connection."""
     import socket
 
-    from daemon import peer
-    from daemon.guard import Guard, same_user
+    from daemon.http import peer
+    from daemon.http.guard import Guard, same_user
 
     async def app(scope, receive, send):
         pass

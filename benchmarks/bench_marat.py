@@ -7,7 +7,7 @@ against plain `bash -c`.
    Time spent waiting for the model (LLM.chat) and running the command (run_command) is
    measured and subtracted; what remains is marat's and the core's own work per iteration
    (history selection, prompt building, parsing, storing turns, audit rows, cwd tracking).
-2. Runner: `true` run by `daemon.runner.run_command`, by marat's `execute` (adds the cwd
+2. Runner: `true` run by `daemon.execution.runner.run_command`, by marat's `execute` (adds the cwd
    trap), by asyncio's subprocess directly, and by `subprocess.run(["bash", "-c", ...])`.
 """
 
@@ -55,9 +55,9 @@ class Timer:
 
 async def bench_loop(iterations: int, requests: int) -> dict:
     import plugins.marat.execute as execute_module
+    from daemon.backends.llm import LLM
     from daemon.core import Daemon
-    from daemon.llm import LLM
-    from daemon.turn import Outcome, run_turn
+    from daemon.http.turn import Outcome, run_turn
     from tests.daemons import configure
 
     backend = FakeBackend().start()
@@ -105,7 +105,7 @@ async def bench_loop(iterations: int, requests: int) -> dict:
 
 
 async def bench_runner(runs: int) -> dict:
-    from daemon.runner import run_command
+    from daemon.execution.runner import run_command
     from plugins.marat.execute import execute
 
     cwd = tempfile.gettempdir()

@@ -6,9 +6,9 @@ Runs are interleaved (plain, sandboxed, plain, ...) so load on a shared machine 
 alike. Measured three ways:
 
 1. the bare process: `subprocess.run(["bash", "-c", "true"])` against the full wrapped argv
-   (`daemon.sandbox.prepare`: namespaces, mounts, hidden paths, seccomp, and as root the pids
-   cgroup; also measured without it: an ordinary user needs none) with the limits line;
-2. through the runner: `daemon.runner.run_command("true", ...)` without and with a policy
+   (`daemon.execution.sandbox.prepare`: namespaces, mounts, hidden paths, seccomp, and as root
+   the pids cgroup; also measured without it: an ordinary user needs none) with the limits line;
+2. through the runner: `daemon.execution.runner.run_command("true", ...)` without and with a policy
    (adds the allowlisted environment, redaction and the blocked check);
 3. marat's `execute` (adds the cwd pipe) without and with a policy.
 
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from daemon import sandbox  # noqa: E402
-from daemon.runner import run_command  # noqa: E402
+from daemon.execution.runner import run_command  # noqa: E402
 from plugins.marat.execute import execute  # noqa: E402
 
 
@@ -118,7 +118,10 @@ def main() -> None:
             "  same, without the pids cgroup",
             *bare(args.runs, cwd, pol, no_cgroup, "sandboxed, no cgroup"),
         )
-    report("daemon.runner.run_command", *asyncio.run(through(args.runs, cwd, pol, run_command)))
+    report(
+        "daemon.execution.runner.run_command",
+        *asyncio.run(through(args.runs, cwd, pol, run_command)),
+    )
     report("marat execute", *asyncio.run(through(args.runs, cwd, pol, execute)))
     base = statistics.median(CPU["plain"]) * 1000
     print("CPU time of the processes per run (user + system, median; less sensitive to load):")

@@ -47,14 +47,14 @@ _GROUPS: dict[str, dict[str, str]] = {
     },
     # Writing routes: the request body, the session, the one reply path.
     "HTTP": {
-        "read_json": "daemon.app",
-        "read_body": "daemon.app",
-        "decode_text": "daemon.app",
-        "session_name": "daemon.app",
-        "working_directory": "daemon.turn",
-        "TurnReply": "daemon.turn",
+        "read_json": "daemon.http.app",
+        "read_body": "daemon.http.app",
+        "decode_text": "daemon.http.app",
+        "session_name": "daemon.http.app",
+        "working_directory": "daemon.http.turn",
+        "TurnReply": "daemon.http.turn",
         "wants_speech": "daemon.speak",
-        "token_presented": "daemon.guard",
+        "token_presented": "daemon.http.guard",
         "allowed_http_path": "daemon.paths",
     },
     # Writing commands for the `lmd` group.
@@ -74,30 +74,30 @@ _GROUPS: dict[str, dict[str, str]] = {
     },
     # How the server is bound and sandboxed (for diagnostics such as `lmd doctor`).
     "Server": {
-        "parse_bind": "daemon.server",
-        "is_loopback": "daemon.server",
-        "check_policy": "daemon.server",
-        "sandbox_state": "daemon.server",
+        "parse_bind": "daemon.http.server",
+        "is_loopback": "daemon.http.server",
+        "check_policy": "daemon.http.server",
+        "sandbox_state": "daemon.http.server",
     },
     # Running commands: a process group, a timeout, the sandbox, secrets redacted.
     "Commands": {
-        "run_command": "daemon.runner",
-        "CommandResult": "daemon.runner",
-        "usable_cwd": "daemon.runner",
-        "daemon_secrets": "daemon.runner",
-        "command_env": "daemon.sandbox",
-        "Policy": "daemon.sandbox",
-        "sandbox": "daemon.sandbox",
+        "run_command": "daemon.execution.runner",
+        "CommandResult": "daemon.execution.runner",
+        "usable_cwd": "daemon.execution.runner",
+        "daemon_secrets": "daemon.execution.runner",
+        "command_env": "daemon.execution.sandbox",
+        "Policy": "daemon.execution.sandbox",
+        "sandbox": "daemon.execution.sandbox",
     },
     # The language model backend.
     "LLM": {
-        "LLM": "daemon.llm",
-        "api_key": "daemon.llm",
-        "base_url": "daemon.llm",
-        "endpoint_from": "daemon.llm",
-        "shown_url": "daemon.llm",
-        "NO_KEY": "daemon.llm",
-        "tokens": "daemon.tokens",
+        "LLM": "daemon.backends.llm",
+        "api_key": "daemon.backends.llm",
+        "base_url": "daemon.backends.llm",
+        "endpoint_from": "daemon.backends.llm",
+        "shown_url": "daemon.backends.llm",
+        "NO_KEY": "daemon.backends.llm",
+        "tokens": "daemon.backends.tokens",
     },
     # Sentences and splitting work into parts.
     "Words and shards": {
@@ -218,25 +218,26 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # editors and type checkers see the real definitions
-    from daemon import sandbox, tokens
-    from daemon.app import decode_text, read_body, read_json, session_name
+    from daemon.backends import tokens
+    from daemon.backends.llm import LLM, NO_KEY, api_key, base_url, endpoint_from, shown_url
     from daemon.cli import add_history_listing, fail, home_option, open_daemon_state
     from daemon.client import ClientError, daemon_url, request
     from daemon.core import Daemon, Registry, check_setting, collect
     from daemon.errors import BackendError, LmdError
-    from daemon.guard import token_presented
+    from daemon.execution import sandbox
+    from daemon.execution.runner import CommandResult, daemon_secrets, run_command, usable_cwd
+    from daemon.execution.sandbox import Policy, command_env
     from daemon.home import PRIVATE_FILES, default_home
     from daemon.hookspecs import hookimpl
-    from daemon.llm import LLM, NO_KEY, api_key, base_url, endpoint_from, shown_url
+    from daemon.http.app import decode_text, read_body, read_json, session_name
+    from daemon.http.guard import token_presented
+    from daemon.http.server import check_policy, is_loopback, parse_bind, sandbox_state
+    from daemon.http.turn import TurnReply, working_directory
     from daemon.modes import Context, Mode, record_turn
     from daemon.paths import allowed_http_path, refuse_overwrite, write_atomic
     from daemon.plugins import get_plugin_manager, wanted_plugins
-    from daemon.runner import CommandResult, daemon_secrets, run_command, usable_cwd
-    from daemon.sandbox import Policy, command_env
-    from daemon.server import check_policy, is_loopback, parse_bind, sandbox_state
     from daemon.settings import Setting, SettingError, Settings, env_name, refuse_if_protected
     from daemon.shards import Shard, describe_parts, file_sha256, parse_shard, part_of
     from daemon.speak import wants_speech
     from daemon.terminal import clean
-    from daemon.turn import TurnReply, working_directory
     from daemon.words import plural

@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from . import __version__
-from .errors import LmdError
+from daemon import __version__
+from daemon.errors import LmdError
 
 
 class LmdGroup(click.Group):
@@ -38,7 +38,7 @@ class LmdGroup(click.Group):
     def _load_plugins(self) -> None:
         if not self._plugins_loaded:
             self._plugins_loaded = True
-            from .plugins import get_plugin_manager
+            from daemon.plugins import get_plugin_manager
 
             get_plugin_manager().hook.register_commands(cli=self)
 
@@ -120,7 +120,7 @@ def serve(
     loopback the kernel's word that the client runs as the same user."""
     import logging
 
-    from .server import serve as run
+    from daemon.http.server import serve as run
 
     if token is not None:
         fail(TOKEN_ON_COMMAND_LINE, 2)
@@ -160,8 +160,8 @@ def say(
 
     On a terminal, control characters and escape sequences in the reply (window titles,
     clipboard writes) are removed unless --raw is given."""
-    from .client import ClientError
-    from .client import say as send
+    from daemon.client import ClientError
+    from daemon.client import say as send
 
     utterance = " ".join(text) if text else sys.stdin.read()
     if not utterance.strip():
@@ -173,7 +173,7 @@ def say(
     if as_json:
         out = json.dumps(reply, indent=2, ensure_ascii=False)
         if not raw and sys.stdout.isatty():
-            from .terminal import clean_json_text
+            from daemon.terminal import clean_json_text
 
             out = clean_json_text(out)
         click.echo(out)
@@ -185,17 +185,17 @@ def for_terminal(text: str, raw: bool = False, stream=None) -> str:
     """The text, without control sequences when it goes to a terminal (unless raw)."""
     if raw or not (stream or sys.stdout).isatty():
         return text
-    from .terminal import clean
+    from daemon.terminal import clean
 
     return clean(text)
 
 
 def open_daemon_state(home: Path | None):
     """The registry and store, for commands that work on the database directly."""
-    from .core import collect, default_home
-    from .plugins import get_plugin_manager
-    from .settings import Settings
-    from .store import Store
+    from daemon.core import collect, default_home
+    from daemon.plugins import get_plugin_manager
+    from daemon.settings import Settings
+    from daemon.store import Store
 
     registry = collect(get_plugin_manager())
     store = Store((home or default_home()) / "lmd.db")
@@ -257,7 +257,7 @@ def settings_set(name: str, value: str, as_json: bool, home: Path | None) -> Non
 
 def _change_setting(home: Path | None, name: str, value: str | None, as_json: bool) -> None:
     """Store a new value (None: the default) and show the result."""
-    from .core import parse_setting
+    from daemon.core import parse_setting
 
     registry, store, s = open_daemon_state(home)
     try:
@@ -335,7 +335,7 @@ def history(
         listing = history.commands[chosen[0]]
         ctx.invoke(listing, session=session, limit=limit, as_json=as_json, home=home)
         return
-    from .app import prompt_rows
+    from daemon.http.app import prompt_rows
 
     _, store, s = open_daemon_state(home)
     rows = prompt_rows(store.history(session, limit), s, time.time())
@@ -357,7 +357,7 @@ def history(
 @home_option
 def history_promote(prompt_id: int, home: Path | None) -> None:
     """Make a prompt operative: it gets operative_karma and stays in context longer."""
-    from . import karma
+    from daemon import karma
 
     _, store, s = open_daemon_state(home)
     if store.prompt(prompt_id) is None:
@@ -371,9 +371,9 @@ def history_promote(prompt_id: int, home: Path | None) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def plugins(as_json: bool) -> None:
     """Plugins, their hooks, modes and directives."""
-    from . import tokens
-    from .core import collect
-    from .plugins import describe, get_plugin_manager
+    from daemon.backends import tokens
+    from daemon.core import collect
+    from daemon.plugins import describe, get_plugin_manager
 
     pm = get_plugin_manager()
     registry = collect(pm)

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from .home import client_token, is_loopback_url
+from daemon.home import client_token, is_loopback_url
 
 DEFAULT_URL = "http://127.0.0.1:8420"
 
@@ -91,7 +91,7 @@ class _OwnerCheckedConnection(http.client.HTTPConnection):
 
     def connect(self) -> None:
         super().connect()
-        from .peer import socket_uid
+        from daemon.http.peer import socket_uid
 
         mine, theirs = self.sock.getsockname(), self.sock.getpeername()
         uid = socket_uid((theirs[0], theirs[1]), (mine[0], mine[1]))

@@ -13,12 +13,12 @@ from typing import Any, NamedTuple
 
 import pluggy
 
-from .core_settings import CORE_SETTINGS
-from .errors import LmdError
-from .home import default_home, secure_home
-from .modes import Mode
-from .plugins import get_plugin_manager
-from .settings import Setting, SettingError, Settings
+from daemon.core_settings import CORE_SETTINGS
+from daemon.errors import LmdError
+from daemon.home import default_home, secure_home
+from daemon.modes import Mode
+from daemon.plugins import get_plugin_manager
+from daemon.settings import Setting, SettingError, Settings
 
 __all__ = ["Daemon", "Registry", "Route", "collect", "default_home", "parse_setting"]
 
@@ -34,7 +34,7 @@ def check_setting(registry: Registry, name: str, value: Any) -> None:
 
 def parse_setting(registry: Registry, name: str, raw: Any) -> Any:
     """A new value for a setting, checked like every way of setting it (CLI, HTTP, knob)."""
-    from .settings import Settings
+    from daemon.settings import Settings
 
     value = Settings(registry.specs, {}).spec(name).parse(raw)
     check_setting(registry, name, value)
@@ -159,7 +159,7 @@ class Daemon:
         pm: pluggy.PluginManager | None = None,
         token: str | None = None,
     ) -> None:
-        from .store import Store
+        from daemon.store import Store
 
         self.home = Path(home) if home else default_home()
         self.pm = pm or get_plugin_manager()
@@ -193,7 +193,7 @@ class Daemon:
 
     def llm(self, settings: Settings | None = None):
         """The LLM client for the current endpoint and model (cached)."""
-        from .llm import LLM, api_key, endpoint_from
+        from daemon.backends.llm import LLM, api_key, endpoint_from
 
         s = settings or self.settings()
         key = (
@@ -209,7 +209,7 @@ class Daemon:
         return client
 
     def directive_table(self, settings: Settings) -> dict:
-        from .directives import build_table
+        from daemon.directives import build_table
 
         aliases = dict(settings["directive_aliases"])
         for mode in self.modes.values():
@@ -224,7 +224,8 @@ class Daemon:
     async def warm_up(self) -> None:
         """Import the backend client, probe the sandbox and load the tokenizer now, not on the
         first request."""
-        from . import sandbox, tokens
+        from daemon.backends import tokens
+        from daemon.execution import sandbox
 
         settings = self.settings()
         self.llm(settings)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .settings import Setting
+from daemon.settings import Setting
 
 
 def _check_aliases(value: object) -> str | None:
@@ -39,7 +39,7 @@ def _check_env_names(value: object) -> str | None:
         isinstance(n, str) and _ENV_NAME.match(n) for n in value
     ):
         return 'it must be a JSON list of environment variable names, like ["GOPATH"]'
-    from .sandbox import NEVER_PASSED
+    from daemon.execution.sandbox import NEVER_PASSED
 
     refused = sorted(set(value) & NEVER_PASSED)
     if refused:

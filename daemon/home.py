@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .errors import LmdError
+from daemon.errors import LmdError
 
 TOKEN_NAME = "token"
 # What an Authorization header can carry as a bearer token (RFC 6750's token68, plus "~").
@@ -79,7 +79,7 @@ def read_token_file(path: Path, where: str | None = None) -> str:
 
 def write_private(path: Path, text: str) -> None:
     """Write a secret atomically, 0600 from the first byte."""
-    from .paths import write_atomic
+    from daemon.paths import write_atomic
 
     write_atomic(path, text, secret=True)
 

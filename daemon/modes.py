@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import karma, tokens
+from daemon import karma
+from daemon.backends import tokens
 
 if TYPE_CHECKING:
-    from .core import Daemon
-    from .llm import LLM
-    from .settings import Settings
-    from .store import Prompt, Session, Store
+    from daemon.backends.llm import LLM
+    from daemon.core import Daemon
+    from daemon.settings import Settings
+    from daemon.store import Prompt, Session, Store
 
 
 def record_turn(

@@ -9,7 +9,7 @@ import sys
 
 import pluggy
 
-from . import hookspecs
+from daemon import hookspecs
 
 _pm: pluggy.PluginManager | None = None
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .directives import Parsed
-from .store import Session
+from daemon.directives import Parsed
+from daemon.store import Session
 
 
 def resolve(

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import LmdError
+from daemon.errors import LmdError
 
 TRUE_WORDS = {"true", "t", "yes", "y", "on", "1"}
 FALSE_WORDS = {"false", "f", "no", "n", "off", "0"}

@@ -122,7 +122,7 @@ def m003_operative_karma(db: sqlite_utils.Database) -> None:
     """Promoted prompts got contextual_karma before operative_karma existed; give them the
     operative points, so the seed's order (operative above instructive) holds for old rows
     too. A row already worth more keeps its points."""
-    from .core_settings import CORE_SETTINGS
+    from daemon.core_settings import CORE_SETTINGS
 
     points = next(s.default for s in CORE_SETTINGS if s.name == "operative_karma")
     if "settings" in db.table_names():

@@ -114,7 +114,7 @@ def make_client(home: Path):
     """A factory of in-process clients: make_client(**settings) -> TestClient (lifespan on)."""
     from starlette.testclient import TestClient
 
-    from daemon.app import create_app
+    from daemon.http.app import create_app
 
     clients = []
 

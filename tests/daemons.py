@@ -219,14 +219,14 @@ def install_plugin(site: Path, module: str, source: str, entry: str | None = Non
     (dist / "entry_points.txt").write_text(f"[lmd]\n{entry or module} = {module}\n")
 
 
-# A mode that runs its words as a bash command through daemon.runner (as marat will).
+# A mode that runs its words as a bash command through daemon.execution.runner (as marat will).
 COMMAND_MODE = """
 from daemon.hookspecs import hookimpl
 from daemon.modes import Mode
 
 
 async def respond(ctx):
-    from daemon.runner import run_command
+    from daemon.execution.runner import run_command
 
     result = await run_command(ctx.text, ctx.session.cwd or "/", 60, 2000)
     yield result.describe()
@@ -311,7 +311,7 @@ def apt_tool(name: str, package: str | None = None) -> str:
 def bwrap_reason() -> str | None:
     """Why the real sandbox cannot be used here, or None when it can (tests marked `bwrap`
     skip with this reason: see tests/conftest.py)."""
-    from daemon import sandbox
+    from daemon.execution import sandbox
 
     found = sandbox.detect()
     if found.kind != "bwrap":

@@ -74,7 +74,7 @@ def record(
     answer: str | None = None,
     prompt_id: int | None = None,
 ) -> int:
-    """Store one executed command (a `daemon.runner.CommandResult`)."""
+    """Store one executed command (a `daemon.execution.runner.CommandResult`)."""
     with store.lock:
         cur = store.db.execute(
             "INSERT INTO marat_commands (session, cwd, command, exit_code, duration, timed_out,"

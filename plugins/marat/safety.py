@@ -2,8 +2,8 @@
 a command runs at once (inside the OS sandbox) or waits for a spoken yes.
 
 A string check for bash cannot be complete, so nothing relies on it for safety: the sandbox
-(`daemon.sandbox`) is what stops a command that lies. It errs on the side of asking: anything
-it does not model (command substitution, subshells, background jobs, redirection to a file,
+(`daemon.execution.sandbox`) is what stops a command that lies. It errs on the side of asking:
+anything it does not model (command substitution, subshells, background jobs, redirection to a file,
 unquoted `#`, braces, any `$` expansion, /dev/tcp, an unknown program, a path to a program,
 variable assignments, GNU option abbreviations of a dangerous option) makes it ask.
 """

@@ -19,7 +19,7 @@ FALLBACK_TOP_LOGPROBS = 5  # what OpenAI's completions endpoint allows at most
 
 
 class OpenAIRater:
-    """Rates prompts through a daemon.llm.LLM, at most `concurrency` requests at a time."""
+    """Rates prompts through a daemon.backends.llm.LLM, at most `concurrency` requests at a time."""
 
     def __init__(
         self,

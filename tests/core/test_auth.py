@@ -20,8 +20,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from daemon import peer
-from daemon.guard import NEEDS_OWNER
+from daemon.http import peer
+from daemon.http.guard import NEEDS_OWNER
 from tests.daemons import ROOT, apt_tool, free_port
 
 LMD = str(Path(sys.executable).parent / "lmd")
@@ -117,7 +117,7 @@ def as_user(user, argv: list[str], **kw) -> subprocess.CompletedProcess:
 
 def every_route(home: Path) -> list[tuple[str, str]]:
     """(method, concrete path) of every route the daemon serves, from the app itself."""
-    from daemon.app import create_app
+    from daemon.http.app import create_app
     from tests.daemons import IN_PROCESS
 
     app = create_app(home=home, peer_check=IN_PROCESS)

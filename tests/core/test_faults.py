@@ -288,7 +288,7 @@ def test_disk_full_on_a_real_small_tmpfs(tmp_path, backend):
     """A real full filesystem (needs root for mount; skipped otherwise)."""
     from starlette.testclient import TestClient
 
-    from daemon.app import create_app
+    from daemon.http.app import create_app
 
     mnt = tmp_path / "small"
     if not _mount_tmpfs(mnt, "1m"):

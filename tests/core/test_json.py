@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.app import MAX_INT_DIGITS, parse_json
 from daemon.errors import LmdError
+from daemon.http.app import MAX_INT_DIGITS, parse_json
 
 CT = {"Content-Type": "application/json", "Accept": "application/json"}
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from daemon.llm import api_key, base_url, endpoint_from
+from daemon.backends.llm import api_key, base_url, endpoint_from
 from tests.fake_backend import Reply
 
 

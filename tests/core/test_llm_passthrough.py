@@ -1,4 +1,4 @@
-"""daemon.llm sends the chat body as given (no SDK transform: it cost ~0.3 ms per message).
+"""daemon.backends.llm sends the chat body as given (no SDK transform: it cost ~0.3 ms per message).
 
 These pin what the backend receives and what callers get back, for the arguments features use.
 """
@@ -18,7 +18,7 @@ def run(coro):
 
 
 async def with_llm(backend, fn, timeout: float = 10, retries: int = 0):
-    from daemon.llm import LLM
+    from daemon.backends.llm import LLM
 
     llm = LLM(backend.url, "sk-test-key-123", timeout, retries, "fake-model")
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.guard import FOREIGN_PAGE
+from daemon.http.guard import FOREIGN_PAGE
 from tests.daemons import CHROMIUM_FLAGS, apt_tool
 
 TOKEN = "origin-test-token-0123456789"

@@ -7,7 +7,7 @@ import asyncio
 import httpx2
 import pytest
 
-from daemon.http_pools import SpreadTransport
+from daemon.backends.http_pools import SpreadTransport
 from tests.fake_backend import Reply
 
 BODY = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}

@@ -1,4 +1,4 @@
-"""Prepared bodies (daemon/prepared_body.py) send what `create` sends and fail the same way.
+"""daemon/backends/prepared_body.py: prepared bodies send what `create` sends, fail the same way.
 
 Each case runs twice against the real fake backend: once the lean way (the body encoded by
 lmd, the first try made over httpx2, any failure handed to the SDK's `client.post`), once
@@ -14,8 +14,8 @@ import json
 
 import pytest
 
+from daemon.backends.llm import LLM
 from daemon.errors import BackendError
-from daemon.llm import LLM
 from tests.fake_backend import Reply
 
 HISTORY = [

@@ -61,7 +61,7 @@ def test_loose_home_and_files_are_fixed_on_start_with_one_log_line(home, live):
 def test_in_process_daemons_tighten_too(home):
     from starlette.testclient import TestClient
 
-    from daemon.app import create_app
+    from daemon.http.app import create_app
 
     os.chmod(home, 0o750)
     os.chmod(home / "lmd.db", 0o640)

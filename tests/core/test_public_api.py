@@ -85,13 +85,13 @@ def test_the_import_rule_catches_private_modules():
         "from daemon.core import collect\n"
         "def f():\n"
         "    from daemon import tokens\n"
-        "    import daemon.app\n"
+        "    import daemon.http.app\n"
         "from .sibling import x\n"
     )
     assert private_imports(planted, "plugins/x.py") == [
         "plugins/x.py:4 imports daemon.core",
         "plugins/x.py:6 imports tokens",
-        "plugins/x.py:7 imports daemon.app",
+        "plugins/x.py:7 imports daemon.http.app",
     ]
 
 
@@ -239,7 +239,7 @@ def test_a_mode_or_setting_registered_twice_is_refused_naming_both():
 
 
 def test_a_plugin_route_over_a_core_route_is_refused(home):
-    from daemon.app import create_app
+    from daemon.http.app import create_app
 
     with pytest.raises(LmdError) as e:
         create_app(home=home, pm=manager(a=routes('"/v1", ep, methods=["POST"]')))

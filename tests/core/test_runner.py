@@ -3,7 +3,7 @@
 import asyncio
 import os
 
-from daemon.runner import cut, run_command, usable_cwd
+from daemon.execution.runner import cut, run_command, usable_cwd
 
 
 def run(cmd, tmp_path, timeout=5.0, max_chars=100):

@@ -1,6 +1,6 @@
-"""daemon/sandbox.py: the wrapped argv, detection and its reasons, the Seatbelt profile, the
-seccomp filter, and the limits really biting (memory, file size, CPU, processes) under the
-real bubblewrap, as root and as an ordinary second user."""
+"""daemon/execution/sandbox.py: the wrapped argv, detection and its reasons, the Seatbelt
+profile, the seccomp filter, and the limits really biting (memory, file size, CPU, processes)
+under the real bubblewrap, as root and as an ordinary second user."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon import sandbox
-from daemon.runner import REDACTED, redact, run_command
-from daemon.sandbox import Limits, Policy
+from daemon.execution import sandbox
+from daemon.execution.runner import REDACTED, redact, run_command
+from daemon.execution.sandbox import Limits, Policy
 from tests.daemons import processes_with
 
 

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.guard import FOREIGN_PAGE, NEEDS_TOKEN
+from daemon.http.guard import FOREIGN_PAGE, NEEDS_TOKEN
 from tests.daemons import IN_PROCESS, ROOT, free_port, plugin_module
 from tests.fake_backend import Reply
 
@@ -317,7 +317,7 @@ def test_database_files_are_private(tmp_path, backend):
     """The history (what was said, what commands printed) is readable by its owner only."""
     from starlette.testclient import TestClient
 
-    from daemon.app import create_app
+    from daemon.http.app import create_app
 
     old = os.umask(0o022)  # a typical umask that would leave files world-readable
     try:
@@ -341,7 +341,7 @@ def test_database_files_are_private(tmp_path, backend):
 def _guard_status(host: str | None, origin: str | None = None) -> int:
     import asyncio
 
-    from daemon.app import Guard
+    from daemon.http.app import Guard
 
     async def app(scope, receive, send):
         await send({"type": "http.response.start", "status": 200, "headers": []})

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from daemon.server import check_policy, is_loopback, parse_bind
+from daemon.http.server import check_policy, is_loopback, parse_bind
 from tests.daemons import ROOT, LiveDaemon, free_port, wait_for
 
 

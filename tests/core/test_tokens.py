@@ -5,7 +5,7 @@ import logging
 import pytest
 import tiktoken
 
-from daemon import tokens
+from daemon.backends import tokens
 
 
 @pytest.fixture

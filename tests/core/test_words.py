@@ -4,7 +4,7 @@ import httpx
 import openai
 import pytest
 
-from daemon.llm import LLM
+from daemon.backends.llm import LLM
 from daemon.words import plural
 
 

@@ -24,7 +24,7 @@ from daemon.settings import Setting
 
 async def echo(request):
     '''Echo a JSON body back.'''
-    from daemon.app import read_json
+    from daemon.http.app import read_json
     from starlette.responses import JSONResponse
 
     return JSONResponse({"echo": await read_json(request, request.app.state.daemon)})
@@ -113,7 +113,7 @@ def test_openapi_declares_bearer_security_when_a_token_is_set(make_client):
 
 def test_schemathesis_finds_no_server_errors(home, backend, tmp_path):
     """Every operation (core and plugin), fuzzed from the description, on a fresh daemon each."""
-    from daemon.app import create_app
+    from daemon.http.app import create_app
 
     seen = collections.Counter()
     started = time.monotonic()
@@ -173,7 +173,7 @@ def test_deeply_nested_json_setting_value_is_400(client):
 def test_unexpected_failure_is_a_sentence_not_html(home):
     from starlette.testclient import TestClient
 
-    from daemon.app import create_app
+    from daemon.http.app import create_app
     from daemon.plugins import load_plugins
 
     pm = load_plugins({"dali"})
@@ -318,7 +318,7 @@ def test_a_mode_changing_settings_over_v1_respects_protection(make_client):
 def test_schemathesis_with_a_token_checks_auth_on_every_operation(home, backend):
     """With a token, the description declares bearer auth; schemathesis's auth checks (a
     request without the token must be refused) run on every operation."""
-    from daemon.app import create_app
+    from daemon.http.app import create_app
 
     token = "fuzz-token-1234"
     auth = {**HOST, "Authorization": f"Bearer {token}"}

@@ -44,7 +44,7 @@ def test_feature_routes_are_documented(make_client):
 
 
 def test_schemathesis_on_feature_routes(home, backend, tmp_path):
-    from daemon.app import create_app
+    from daemon.http.app import create_app
 
     # a score for LM_SCORE and a command for propose; rating logprobs for SelectIT
     backend.handler = lambda body: dist_reply({"4": 1.0}) if body.get("logprobs") else "7"

@@ -49,7 +49,7 @@ def test_backend_client_is_imported_at_startup_not_on_the_first_request(home):
     from tests.daemons import ROOT
 
     code = (
-        "import sys; from starlette.testclient import TestClient; from daemon.app import "
+        "import sys; from starlette.testclient import TestClient; from daemon.http.app import "
         f"create_app; c = TestClient(create_app(home={str(home)!r})); "
         "before = 'openai' in sys.modules; c.__enter__(); "
         "print(before, 'openai' in sys.modules); c.__exit__(None, None, None)"

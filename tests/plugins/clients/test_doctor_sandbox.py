@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon import sandbox
+from daemon.execution import sandbox
 from plugins.clients.doctor import WARN, check_sandbox
 
 

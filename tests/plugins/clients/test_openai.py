@@ -14,9 +14,9 @@ import pytest
 
 from daemon.errors import LmdError
 from daemon.hookspecs import hookimpl
+from daemon.http.turn import SHUTDOWN_SENTENCE
 from daemon.modes import Mode
 from daemon.plugins import load_plugins
-from daemon.turn import SHUTDOWN_SENTENCE
 from tests.daemons import configure, wait_for
 from tests.fake_backend import Reply
 

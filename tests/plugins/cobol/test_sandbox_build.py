@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon import sandbox
+from daemon.execution import sandbox
 
 from .conftest import BUILD, FIX_ADD, make_repo
 

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 import plugins.marat.safety as safety
-from daemon import sandbox
-from daemon.runner import REDACTED
+from daemon.execution import sandbox
+from daemon.execution.runner import REDACTED
 from plugins.marat.loop import decide
 
 from .conftest import action, final, say

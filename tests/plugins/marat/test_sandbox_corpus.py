@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon import sandbox
+from daemon.execution import sandbox
 from tests.daemons import (
     ROOT,
     Listener,

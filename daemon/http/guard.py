@@ -3,7 +3,7 @@
 Every request but GET /healthz must prove it comes from the daemon's own user, one of two ways:
 - the token (`Authorization: Bearer ...`, from LMD_HOME/token), or
 - on Linux, bound to loopback: the kernel says the client's socket belongs to the daemon's
-  own uid (daemon.peer). This keeps `curl -d 'dali hi' localhost:8420/v1` working for the
+  own uid (daemon.http.peer). This keeps `curl -d 'dali hi' localhost:8420/v1` working for the
   owner with nothing to configure.
 
 The owner's browser runs as the owner too, so pages are checked apart: a request carrying
@@ -60,7 +60,7 @@ def token_presented() -> bool:
 
 def same_user(scope: dict) -> bool:
     """The kernel says the client's socket belongs to the daemon's own (effective) user."""
-    from .peer import socket_uid
+    from daemon.http.peer import socket_uid
 
     client, server = scope.get("client"), scope.get("server")
     if not client or not server:

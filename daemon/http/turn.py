@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import directives, sessions
-from .errors import LmdError
-from .modes import Context, record_turn
-from .speak import speak_stream, speakable
+from daemon import directives, sessions
+from daemon.errors import LmdError
+from daemon.modes import Context, record_turn
+from daemon.speak import speak_stream, speakable
 
 if TYPE_CHECKING:
-    from .core import Daemon
+    from daemon.core import Daemon
 
 log = logging.getLogger("lmd.turn")
 

@@ -11,7 +11,7 @@ import socket
 import sys
 from pathlib import Path
 
-from .errors import LmdError
+from daemon.errors import LmdError
 
 DEFAULT_PORT = 8420
 
@@ -67,7 +67,7 @@ def check_port_free(host: str, port: int) -> None:
 
 def sandbox_state(level: str) -> str:
     """One line on how commands are sandboxed (for the start-up message and `lmd doctor`)."""
-    from . import sandbox
+    from daemon.execution import sandbox
 
     if level == sandbox.OFF:
         return (
@@ -88,15 +88,15 @@ def serve(
 ) -> int:
     """Run until SIGTERM/SIGINT; in-flight requests get shutdown_grace_secs to finish.
 
-    Only the owner gets in (daemon.guard): the token, always set (LMD_HOME/token is created
+    Only the owner gets in (daemon.http.guard): the token, always set (LMD_HOME/token is created
     on first start), or on Linux loopback the kernel's word that the client is the same user.
     """
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config
 
-    from .app import create_app
-    from .home import default_home, secure_home, server_token
-    from .peer import supported
+    from daemon.home import default_home, secure_home, server_token
+    from daemon.http.app import create_app
+    from daemon.http.peer import supported
 
     host, port = parse_bind(bind)
     check_policy(host, str(token_file) if token_file else os.environ.get("LMD_TOKEN"))
@@ -128,7 +128,7 @@ def serve(
     config.errorlog = logging.getLogger("hypercorn.error")
     config.keep_alive_timeout = 30
 
-    from . import tokens
+    from daemon.backends import tokens
 
     who = "your own processes, or requests with" if peer else "requests with"
     print(

@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
+from daemon import __version__
 
 if TYPE_CHECKING:
-    from .core import Daemon
+    from daemon.core import Daemon
 
 # What /v1 accepts: some non-space character and no NUL (ECMA regex, as JSON Schema uses).
 UTTERANCE = {"type": "string", "pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"}

@@ -9,8 +9,8 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .errors import BackendError
-from .words import plural
+from daemon.errors import BackendError
+from daemon.words import plural
 
 
 def base_url(endpoint: str) -> str:
@@ -48,8 +48,8 @@ class LLM:
         import httpx2
         import openai
 
-        from .http_pools import SpreadTransport
-        from .prepared_body import Endpoint
+        from daemon.backends.http_pools import SpreadTransport
+        from daemon.backends.prepared_body import Endpoint
 
         self.url = url
         self.model = model
@@ -62,8 +62,8 @@ class LLM:
         self.client = openai.AsyncOpenAI(
             base_url=url, api_key=key, timeout=timeout, max_retries=retries, http_client=http
         )
-        # Plain-JSON calls take the lean way of daemon/prepared_body.py; None sends every call
-        # through the SDK's `create` (the tests compare both ways).
+        # Plain-JSON calls take the lean way of daemon/backends/prepared_body.py; None sends
+        # every call through the SDK's `create` (the tests compare both ways).
         self._chat: Endpoint | None = Endpoint.chat(self.client, http)
         self._completions: Endpoint | None = Endpoint.completions(self.client, http)
 

@@ -20,13 +20,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from . import __version__, karma
-from .core import Daemon, route_keys
-from .errors import LmdError
-from .guard import Guard, same_user, token_presented
-from .settings import SettingError, refuse_if_protected
-from .speak import unfence, wants_raw, wants_speech
-from .turn import Outcome, TurnReply
+from daemon import __version__, karma
+from daemon.core import Daemon, route_keys
+from daemon.errors import LmdError
+from daemon.http.guard import Guard, same_user, token_presented
+from daemon.http.turn import Outcome, TurnReply
+from daemon.settings import SettingError, refuse_if_protected
+from daemon.speak import unfence, wants_raw, wants_speech
 
 log = logging.getLogger("lmd.app")
 
@@ -340,7 +340,7 @@ async def promote(request: Request) -> Response:
 
 
 async def openapi_json(request: Request) -> Response:
-    from .openapi import build_spec
+    from daemon.http.openapi import build_spec
 
     return JSONResponse(build_spec(get_daemon(request)))
 
@@ -417,7 +417,7 @@ def create_app(
     turns the check off (only the token gets in). It applies only bound to loopback.
     """
     if peer_check == "kernel":
-        from .peer import supported
+        from daemon.http.peer import supported
 
         peer_check = same_user if supported() else None
     daemon = Daemon(home=home, pm=pm, token=token)

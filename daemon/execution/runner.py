@@ -1,7 +1,7 @@
 """Run a bash command for a mode: own process group, no terminal or stdin, an allowlisted
 environment, a timeout that kills the whole group, output cut on a character boundary with a
 visible marker and cleaned of secrets, and (when a policy is given) the OS sandbox of
-`daemon.sandbox`."""
+`daemon.execution.sandbox`."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import sandbox as sandboxing
+from daemon.execution import sandbox as sandboxing
 
 if TYPE_CHECKING:
-    from .sandbox import Policy
+    from daemon.execution.sandbox import Policy
 
 # Read at most this many bytes per character we keep, so a flood cannot fill memory.
 _BYTES_PER_CHAR = 4
@@ -85,7 +85,7 @@ def environment_secrets() -> list[str]:
 
 def daemon_secrets(daemon: Any) -> list[str]:
     """The daemon's token and the configured API key: redacted from every command's output."""
-    from .llm import api_key
+    from daemon.backends.llm import api_key
 
     found = environment_secrets()
     token = getattr(daemon, "token", None)

@@ -1,0 +1,1 @@
+"""Talking to language-model servers: the client, prepared bodies, HTTP pools, token counting."""

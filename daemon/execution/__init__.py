@@ -1,0 +1,1 @@
+"""Running commands: the runner and the OS sandbox."""
