@@ -27,6 +27,8 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('openai_chat_endpoint', 'ht
 INSERT OR IGNORE INTO settings (name, value) VALUES ('llm_timeout_secs', '60.0');
 -- Retries of one backend call. Allowed: a whole number from 0 to 10.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('llm_max_retries', '2');
+-- What the backend can do, overriding the probe (lmd backend), like {"tools": false, "json_schema": true}; {} trusts the probe. Allowed: a JSON value.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('backend_capabilities', '{}');
 -- The OS bash commands are written for. Allowed: any text.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('system', 'Ubuntu 22.04');
 -- Mode used when no directive applies (one of the registered modes). Allowed: any text.

@@ -98,6 +98,7 @@ _GROUPS: dict[str, dict[str, str]] = {
         "shown_url": "daemon.backends.llm",
         "NO_KEY": "daemon.backends.llm",
         "tokens": "daemon.backends.tokens",
+        "Capabilities": "daemon.backends.capabilities",
     },
     # Sentences and splitting work into parts.
     "Words and shards": {
@@ -178,6 +179,7 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "shown_url",
     "NO_KEY",
     "tokens",
+    "Capabilities",
     "plural",
     "Shard",
     "parse_shard",
@@ -219,6 +221,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.backends import tokens
+    from daemon.backends.capabilities import Capabilities
     from daemon.backends.llm import LLM, NO_KEY, api_key, base_url, endpoint_from, shown_url
     from daemon.cli import add_history_listing, fail, home_option, open_daemon_state
     from daemon.client import ClientError, daemon_url, request

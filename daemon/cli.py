@@ -368,6 +368,46 @@ def history_promote(prompt_id: int, home: Path | None) -> None:
 
 
 @cli.command()
+@click.option("--probe", is_flag=True, help="Probe the backend again instead of the cached result.")
+@click.option("--url", envvar="LMD_URL", help="Daemon URL (default http://127.0.0.1:8420).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def backend(probe: bool, url: str | None, as_json: bool) -> None:
+    """Show the backend the daemon talks to and what it can do (tools, JSON schemas,
+    logprobs, n, tokenize, prefill), as probed once per endpoint and model."""
+    from daemon.client import ClientError, request
+
+    try:
+        status, _, body = request(
+            "POST" if probe else "GET", "/backend/probe" if probe else "/backend", url=url
+        )
+    except ClientError as e:
+        fail(e.message)
+    data = json.loads(body)
+    if status != 200:
+        fail(data.get("error") or f"The daemon answered HTTP {status}.")
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    caps = data["capabilities"]
+    click.echo(f"backend   {data['endpoint']}")
+    click.echo(f"model     {data['model']}")
+    click.echo(f"source    {data['source']}")
+    for name, value in caps.items():
+        shown = (
+            value
+            if isinstance(value, int) and not isinstance(value, bool)
+            else ("yes" if value else "no")
+        )
+        if name == "json_schema" and value and data.get("schema_format"):
+            shown = f"yes (response_format {data['schema_format']})"
+        if name == "tokenize" and value and data.get("tokenize_path"):
+            shown = f"yes ({data['tokenize_path']})"
+        click.echo(f"  {name:<12} {shown}")
+    for note in data.get("notes") or ():
+        click.echo(f"  note: {note}")
+
+
+@cli.command()
 @click.option("--json", "as_json", is_flag=True)
 def plugins(as_json: bool) -> None:
     """Plugins, their hooks, modes and directives."""

@@ -171,6 +171,7 @@ class Daemon:
         self.store.migrate(self.registry.migrations)
         self.locks = SessionLocks()
         self._llms: dict[tuple, Any] = {}
+        self._capabilities: Any = None  # a CapabilityCache over the store, made on first use
         self._directives: tuple[Any, dict] | None = None
         self.state: dict[str, Any] = {}  # plugins keep their process-wide objects here
         self.stopping = False  # set when shutdown starts
@@ -206,7 +207,19 @@ class Daemon:
         client = self._llms.get(key)
         if client is None:
             client = self._llms[key] = LLM(*key)
+            client.capability_cache = self.capability_cache()
+        client.capability_overrides = s["backend_capabilities"]
         return client
+
+    def capability_cache(self):
+        """Probed backend capabilities, kept in the database across restarts."""
+        if self._capabilities is None:
+            from daemon.backends.capabilities import CapabilityCache
+
+            self._capabilities = CapabilityCache(
+                self.store.capabilities, self.store.save_capabilities
+            )
+        return self._capabilities
 
     def directive_table(self, settings: Settings) -> dict:
         from daemon.directives import build_table

@@ -142,6 +142,12 @@ def _check_origins(value: object) -> str | None:
     return None
 
 
+def _check_capabilities(value: object) -> str | None:
+    from daemon.backends.capabilities import check_overrides
+
+    return check_overrides(value)
+
+
 CORE_SETTINGS = [
     Setting("openai_model", "gpt-4.1-mini", "str", "Model id sent to the backend."),
     Setting(
@@ -154,6 +160,14 @@ CORE_SETTINGS = [
     ),
     Setting("llm_timeout_secs", 60.0, "float", "Seconds one backend call may take.", min=0.1),
     Setting("llm_max_retries", 2, "int", "Retries of one backend call.", min=0, max=10),
+    Setting(
+        "backend_capabilities",
+        {},
+        "json",
+        "What the backend can do, overriding the probe (lmd backend), like "
+        '{"tools": false, "json_schema": true}; {} trusts the probe.',
+        check=_check_capabilities,
+    ),
     Setting("system", "Ubuntu 22.04", "str", "The OS bash commands are written for."),
     Setting(
         "default_prompt",

@@ -135,7 +135,25 @@ def m003_operative_karma(db: sqlite_utils.Database) -> None:
     db.execute("UPDATE prompts SET karma = MAX(karma, ?) WHERE kind = 'operative'", [points])
 
 
-CORE_MIGRATIONS: list[Migration] = [m001_prompts, m002_sessions, m003_operative_karma]
+def m004_backend_capabilities(db: sqlite_utils.Database) -> None:
+    """What each backend (endpoint + model) showed it can do: daemon/backends/capabilities.py."""
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS backend_capabilities (
+            endpoint TEXT NOT NULL,
+            model TEXT NOT NULL,
+            capabilities TEXT NOT NULL,
+            probed_at REAL NOT NULL,
+            PRIMARY KEY (endpoint, model)
+        )"""
+    )
+
+
+CORE_MIGRATIONS: list[Migration] = [
+    m001_prompts,
+    m002_sessions,
+    m003_operative_karma,
+    m004_backend_capabilities,
+]
 
 
 class Store:
@@ -235,6 +253,24 @@ class Store:
                 "INSERT INTO settings (name, value) VALUES (?, ?) "
                 "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
                 [name, value],
+            )
+
+    # -- backend capabilities -----------------------------------------------------------
+    def capabilities(self, endpoint: str, model: str) -> str | None:
+        """The probed capabilities of a backend as JSON, or None when never probed."""
+        rows = self._read(
+            "SELECT capabilities FROM backend_capabilities WHERE endpoint = ? AND model = ?",
+            [endpoint, model],
+        )
+        return rows[0]["capabilities"] if rows else None
+
+    def save_capabilities(self, endpoint: str, model: str, capabilities: str) -> None:
+        with self.lock:
+            self.db.execute(
+                "INSERT INTO backend_capabilities (endpoint, model, capabilities, probed_at) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT(endpoint, model) DO UPDATE SET "
+                "capabilities = excluded.capabilities, probed_at = excluded.probed_at",
+                [endpoint, model, capabilities, time.time()],
             )
 
     # -- prompts ------------------------------------------------------------------------

@@ -23,6 +23,19 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+DEFAULT_CAPABILITIES: dict[str, Any] = {
+    "tools": False,
+    "tool_choice": False,
+    "json_schema": False,
+    "schema_format": "json_schema",
+    "logprobs": True,
+    "top_logprobs": 20,
+    "n": True,
+    "tokenize": False,
+    "tokenize_path": "/extras/tokenize",
+    "prefill": True,
+}
+
 
 @dataclass
 class Reply:
@@ -83,6 +96,11 @@ class FakeBackend:
         self.no_logprobs = False  # ignore logprobs requests, as some servers do
         self.ignore_n = False  # answer n > 1 with one choice, as some servers do
         self.latency = 0.0  # added to every reply
+        # What the backend shows lmd's capability probe (requests with an X-Lmd-Probe header,
+        # answered from here and kept in `probes`, apart from the scripted requests): by
+        # default a text-only server with logprobs and n, so the text protocols are used.
+        self.capabilities: dict[str, Any] = dict(DEFAULT_CAPABILITIES)
+        self.probes: list[Recorded] = []
         self._queue: deque[Reply] = deque()
         self.active = 0
         self.max_active = 0
@@ -189,6 +207,8 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw) if raw else {}
         except ValueError:
             body = raw.decode("utf-8", "replace")
+        if self.headers.get("X-Lmd-Probe"):
+            return self._probe(self.headers["X-Lmd-Probe"], body)
         self._record(body)
         owner = self.owner
         owner.active += 1
@@ -324,6 +344,57 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+    def _probe(self, feature: str, body: Any) -> None:
+        """Answer lmd's capability probe as a server with `owner.capabilities` would."""
+        owner = self.owner
+        with owner._lock:
+            owner.probes.append(Recorded(self.command, self.path, self.headers, body))
+        caps = owner.capabilities
+        if owner.latency:
+            time.sleep(owner.latency)
+        if feature == "tokenize":
+            path = self.path.rstrip("/")
+            if caps.get("tokenize") and path == caps.get("tokenize_path", "/extras/tokenize"):
+                text = str(next(iter(body.values()), "")) if isinstance(body, dict) else ""
+                return self._send_json(200, {"tokens": list(range(1, len(text.split()) + 1))})
+            return self._send_json(404, _error("not found", "invalid_request_error"))
+        if not isinstance(body, dict):
+            return self._send_json(400, _error("body is not JSON", "invalid_request_error"))
+        message: dict[str, Any] = {"role": "assistant", "content": "I can only talk."}
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": "stop"}
+        choices = [choice]
+        forced = isinstance(body.get("tool_choice"), dict)
+        if body.get("tools") and (caps.get("tools") or (forced and caps.get("tool_choice"))):
+            name = body["tools"][0]["function"]["name"]
+            call = {"name": name, "arguments": json.dumps({"word": "ok"})}
+            message.update(content=None, tool_calls=[{"id": "call_1", "type": "function",
+                                                      "function": call}])  # fmt: skip
+            choice["finish_reason"] = "tool_calls"
+        if "response_format" in body:
+            fmt = body["response_format"]
+            shape = caps.get("schema_format", "json_schema") if caps.get("json_schema") else ""
+            if fmt.get("type") != shape:
+                return self._send_json(400, _error("response_format", "invalid_request_error"))
+            schema = fmt["json_schema"]["schema"] if shape == "json_schema" else fmt["schema"]
+            key, spec = next(iter(schema["properties"].items()))
+            message["content"] = json.dumps({key: spec["enum"][0]})
+        if body.get("logprobs"):
+            if not caps.get("logprobs"):
+                pass  # a server that ignores logprobs: none come back
+            elif body.get("top_logprobs", 0) > caps.get("top_logprobs", 0):
+                return self._send_json(400, _error("top_logprobs", "invalid_request_error"))
+            else:
+                alts = [(f"t{i}", -float(i)) for i in range(body.get("top_logprobs", 0))]
+                choice["logprobs"] = {"content": _chat_logprobs([("Yes", -0.1, alts)])}
+        if int(body.get("n") or 1) > 1 and caps.get("n"):
+            choices = [choice, {**choice, "index": 1}]
+        messages = body.get("messages") or []
+        if messages and messages[-1].get("role") == "assistant":
+            message["content"] = " 7, 8, 9, 10" if caps.get("prefill") else "1, 2, 3"
+        self._send_json(200, {"id": "chatcmpl-probe", "object": "chat.completion",
+                              "created": int(time.time()), "model": body.get("model"),
+                              "choices": choices})  # fmt: skip
 
     def _send_json(self, status: int, payload: Any, headers: dict | None = None) -> None:
         self._send_raw(status, payload, headers or {})

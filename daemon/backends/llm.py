@@ -66,6 +66,23 @@ class LLM:
         # every call through the SDK's `create` (the tests compare both ways).
         self._chat: Endpoint | None = Endpoint.chat(self.client, http)
         self._completions: Endpoint | None = Endpoint.completions(self.client, http)
+        # What the backend can do (daemon/backends/capabilities.py): the Daemon gives its
+        # database-backed cache and the `backend_capabilities` setting's overrides.
+        self.capability_cache: Any = None
+        self.capability_overrides: dict = {}
+
+    @property
+    def api_key(self) -> str:
+        return self._key
+
+    async def capabilities(self, fresh: bool = False) -> Any:
+        """The backend's Capabilities: probed once per endpoint and model, then cached;
+        `fresh` probes again."""
+        from daemon.backends.capabilities import shared_cache
+
+        cache = self.capability_cache or shared_cache()
+        caps = await cache.get(self, fresh=fresh)
+        return caps.with_overrides(self.capability_overrides)
 
     async def close(self) -> None:
         await self.client.close()

@@ -23,6 +23,7 @@ from starlette.routing import Route
 from daemon import __version__, karma
 from daemon.core import Daemon, route_keys
 from daemon.errors import LmdError
+from daemon.http import backend
 from daemon.http.guard import Guard, same_user, token_presented
 from daemon.http.turn import Outcome, TurnReply
 from daemon.settings import SettingError, refuse_if_protected
@@ -442,6 +443,8 @@ def create_app(
         Route("/history", history, methods=["GET"]),
         Route("/history/{id}/promote", promote, methods=["POST"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
+        Route("/backend", backend.backend, methods=["GET"]),
+        Route("/backend/probe", backend.backend_probe, methods=["POST"]),
     ]
     core = {key for r in routes for key in route_keys(r.path, sorted(r.methods or []))}
     for route in daemon.registry.routes:

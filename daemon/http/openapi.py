@@ -228,6 +228,18 @@ def core_paths(setting_names: list[str]) -> dict[str, dict]:
                 },
             }
         },
+        "/backend": {
+            "get": {
+                "summary": "The backend in use and what it can do (probed once, then cached).",
+                "responses": {"200": _json("Endpoint, model, capabilities and the probe's notes.")},
+            }
+        },
+        "/backend/probe": {
+            "post": {
+                "summary": "Probe the backend's capabilities again.",
+                "responses": {"200": _json("Endpoint, model, capabilities and the probe's notes.")},
+            }
+        },
         "/openapi.json": {
             "get": {
                 "summary": "This description.",

