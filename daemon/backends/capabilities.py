@@ -375,7 +375,7 @@ class CapabilityCache:
         return self._known.get(key)
 
     async def get(self, llm: Any, fresh: bool = False) -> Capabilities:
-        key = (llm.url, llm.model)
+        key = (getattr(llm, "identity", llm.url), llm.model)
         if not fresh and (known := self.cached(*key)) is not None:
             return known
         if not fresh and time.monotonic() - self._failed.get(key, -1e9) < self.retry_after:
@@ -393,7 +393,7 @@ class CapabilityCache:
             self._known[key] = caps
             self._failed.pop(key, None)
             if self._save is not None:
-                self._save(llm.url, llm.model, caps.to_json())
+                self._save(key[0], key[1], caps.to_json())
             return caps
 
 

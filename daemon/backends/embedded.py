@@ -73,6 +73,21 @@ def engine_missing() -> str | None:
     return None
 
 
+# The server's parent watch: the child asks the kernel for SIGKILL when the daemon (the thread
+# that started it) dies, even by SIGKILL, then becomes the server. Checking the parent's pid
+# after asking closes the race of a daemon that died in between.
+_WRAPPER = """
+import ctypes, os, signal, sys
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+except (AttributeError, OSError):
+    pass  # not Linux: the daemon stops the server on its way out
+if os.getppid() != int(sys.argv[2]):
+    sys.exit(0)
+os.execv(sys.executable, [sys.executable, "-m", "llama_cpp.server", "--config_file", sys.argv[1]])
+"""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -112,28 +127,37 @@ class EmbeddedServer:
 
     def start(self, timeout: float = 60.0) -> EmbeddedServer:
         """Start the server and wait until it answers; LmdError with its last words if not."""
+        self.spawn()
+        self.wait_ready(timeout)
+        return self
+
+    def spawn(self) -> None:
+        """Start the server process (it answers a moment later: see answers()).
+
+        Call it from a thread that lives as long as the server should: the kernel's parent
+        watch fires when the starting thread ends."""
         why = engine_missing()
         if why:
             raise LmdError(why)
         check_gguf(self.model_path)
         self.port = self.port or _free_port()
-        self._dir = tempfile.TemporaryDirectory(prefix="lmd-embedded-")
+        if self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="lmd-embedded-")
         folder = Path(self._dir.name)  # 0700: mkdtemp's own mode
         conf = folder / "server.json"
+        conf.unlink(missing_ok=True)
         fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(self.config(), f)
         self.log_path = folder / "server.log"
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "llama_cpp.server", "--config_file", str(conf)],
+                [sys.executable, "-c", _WRAPPER, str(conf), str(os.getpid())],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # the daemon's Ctrl-C is the daemon's to handle
             )
-        self.wait_ready(timeout)
-        return self
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -165,10 +189,18 @@ class EmbeddedServer:
             text = self.log_path.read_text("utf-8", "replace") if self.log_path else ""
         except OSError:
             text = ""
-        tail = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+        # uvicorn's access and start-up lines say nothing about why it stopped
+        kept = [
+            line.strip()
+            for line in text.splitlines()
+            if line.strip() and not line.startswith(("INFO:", "WARNING:  Invalid HTTP"))
+        ]
+        said = " / ".join(kept[-lines:])
         code = self.proc.poll() if self.proc else None
-        said = " / ".join(tail) or "it printed nothing"
-        return f"{said} (exit code {code})" if code is not None else said
+        if code is None:
+            return said or "it printed nothing"
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        return f"{said} ({how})" if said else how
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.proc is not None and self.proc.poll() is None:

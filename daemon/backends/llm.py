@@ -6,7 +6,7 @@ Every backend failure becomes a BackendError carrying one sentence a voice user 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from daemon.errors import BackendError
@@ -70,6 +70,12 @@ class LLM:
         # database-backed cache and the `backend_capabilities` setting's overrides.
         self.capability_cache: Any = None
         self.capability_overrides: dict = {}
+        # The embedded model's supervisor sets these: calls wait until its server answers, a
+        # lost connection is explained by what happened to it, and its capabilities are kept
+        # per model file rather than per (random) port.
+        self.before_call: Callable[[], Awaitable[None]] | None = None
+        self.unreachable: Callable[[], str | None] | None = None
+        self.identity = url
 
     @property
     def api_key(self) -> str:
@@ -99,6 +105,8 @@ class LLM:
         """The raw ChatCompletion object (for logprobs, n, reasoning fields)."""
         kwargs.setdefault("model", self.model)
         try:
+            if self.before_call is not None:
+                await self.before_call()
             endpoint = self._chat
             body = endpoint.body(messages, kwargs) if endpoint is not None else None
             if body is not None:
@@ -111,6 +119,8 @@ class LLM:
         """The legacy completions endpoint (raw prompts for base models)."""
         kwargs.setdefault("model", self.model)
         try:
+            if self.before_call is not None:
+                await self.before_call()
             endpoint = self._completions
             body = endpoint.body(prompt, kwargs) if endpoint is not None else None
             if body is not None:
@@ -124,6 +134,8 @@ class LLM:
         kwargs.setdefault("model", self.model)
         stream: Any = None
         try:
+            if self.before_call is not None:
+                await self.before_call()
             endpoint = self._chat
             body = endpoint.body(messages, kwargs, stream=True) if endpoint is not None else None
             if body is not None:
@@ -170,6 +182,9 @@ class LLM:
                 status=504,
             )
         if isinstance(e, o.APIConnectionError):
+            known = self.unreachable() if self.unreachable is not None else None
+            if known:
+                return BackendError(known)
             return BackendError(
                 f"I could not reach the language model at {shown_url(self.url)}; check that it "
                 "is running and that openai_chat_endpoint is right."

@@ -83,6 +83,32 @@ def sandbox_state(level: str) -> str:
     return f"sandbox_level {level}: {found.sentence()}"
 
 
+def backend_state(settings) -> str:
+    """One line on which backend answers and how to switch (start-up and `lmd doctor`)."""
+    from daemon.backends.choice import choose_backend, embedded_model
+    from daemon.backends.embedded import engine_missing
+    from daemon.backends.llm import endpoint_from, shown_url
+
+    choice = choose_backend(settings)
+    if not choice.embedded:
+        return (
+            f"{shown_url(endpoint_from(settings))}, model {settings['openai_model']} "
+            f"({choice.why})."
+        )
+    try:
+        path, alias = embedded_model(settings)
+    except LmdError as e:
+        return f"the embedded model ({choice.why}), but: {e.message}"
+    missing = engine_missing()
+    if missing:
+        return f"the embedded model ({choice.why}), but: {missing}"
+    return (
+        f"the embedded model {alias} ({path.name}, on llama-cpp-python; {choice.why}). It is "
+        "small: for better answers set embedded_model_path to a bigger GGUF file, or point "
+        "openai_chat_endpoint (or OPENAI_BASE_URL) at any OpenAI-compatible server."
+    )
+
+
 def serve(
     bind: str, home: Path | None, token_file: Path | None = None, peer_auth: bool = True
 ) -> int:
@@ -139,6 +165,7 @@ def serve(
         file=sys.stderr,
         flush=True,
     )
+    print(f"lmd backend: {backend_state(settings)}", file=sys.stderr, flush=True)
     print(f"lmd sandbox: {sandbox_state(settings['sandbox_level'])}", file=sys.stderr, flush=True)
 
     async def main() -> None:
