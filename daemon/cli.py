@@ -371,10 +371,25 @@ def history_promote(prompt_id: int, home: Path | None) -> None:
 @click.option("--probe", is_flag=True, help="Probe the backend again instead of the cached result.")
 @click.option("--url", envvar="LMD_URL", help="Daemon URL (default http://127.0.0.1:8420).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def backend(probe: bool, url: str | None, as_json: bool) -> None:
+@click.option(
+    "--which",
+    is_flag=True,
+    help="Only print which backend lmd serve would use here (embedded or endpoint), and why "
+    "on stderr; needs no running daemon.",
+)
+@home_option
+def backend(probe: bool, url: str | None, as_json: bool, which: bool, home: Path | None) -> None:
     """Show the backend the daemon talks to and what it can do (tools, JSON schemas,
     logprobs, n, tokenize, prefill), as probed once per endpoint and model."""
     from daemon.client import ClientError, request
+
+    if which:
+        from daemon.backends.choice import choose_backend
+
+        choice = choose_backend(open_daemon_state(home)[2])
+        click.echo("embedded" if choice.embedded else "endpoint")
+        click.echo(f"lmd backend: {choice.why}", err=True)
+        return
 
     try:
         status, _, body = request(

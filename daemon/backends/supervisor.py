@@ -37,6 +37,7 @@ class Supervisor:
         self.started_at = 0.0
         self.ready_after: float | None = None  # seconds the last start took
         self.restarts = 0
+        self.last_crash_words = ""
         self._ready = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task | None = None
@@ -75,12 +76,24 @@ class Supervisor:
         if self.failed:
             raise BackendError(self.failed)
 
-    def unreachable(self) -> str | None:
-        """The sentence for a request that lost its connection to the server, if we know why."""
+    def unreachable(self, url: str) -> str | None:
+        """The sentence for a request to `url` that lost its connection, if we know why."""
         if self.failed:
             return self.failed
+        if url != self.url:  # the server it talked to died; another one is (being) started
+            why = f" ({self.last_crash_words})" if self.last_crash_words else ""
+            return (
+                f"The embedded model server stopped unexpectedly{why} while answering; it is "
+                "running again, so try again."
+            )
         if self.crashed:
             return self.crashed + " It is starting again; try again in a moment."
+        if not self._stopping and not self.server.alive():
+            # it died this instant: the watcher has not said so yet
+            return (
+                "The embedded model server stopped unexpectedly while answering. It is "
+                "starting again; try again in a moment."
+            )
         return None
 
     # -- life ------------------------------------------------------------------------------
@@ -93,28 +106,40 @@ class Supervisor:
         while not self._stopping:
             try:
                 await self._start_once()
-            except LmdError as e:
-                self._fail(e.message)
-                return
+            except LmdError as e:  # it did not come up: a taken port, a model it cannot load
+                if self._give_up(e.message):
+                    return
+                log.warning("%s Trying again.", e.message)
+                self.server.port = 0  # a fresh port: the last one may be taken
+                continue
             self.crashed = None
             await asyncio.to_thread(self.server.proc.wait)
             if self._stopping:
                 return
             self._ready.clear()
-            words = self.server.last_words()
-            self.crashed = f"The embedded model server stopped unexpectedly ({words})."
-            now = time.monotonic()
-            self._crashes = [t for t in self._crashes if now - t < CRASH_WINDOW_SECS] + [now]
-            if len(self._crashes) >= GIVE_UP_AFTER:
-                self._fail(
-                    f"The embedded model server crashed {GIVE_UP_AFTER} times in a row "
-                    f"(last: {words}); run `lmd doctor`, or configure another backend with "
-                    "openai_chat_endpoint."
-                )
+            self.last_crash_words = self.server.last_words()
+            self.crashed = (
+                f"The embedded model server stopped unexpectedly ({self.last_crash_words})."
+            )
+            if self._give_up(self.crashed):
                 return
             log.warning("%s Starting it again.", self.crashed)
             self.restarts += 1
-            self.server.port = 0  # a fresh port: the old one may be taken by now
+            self.server.port = 0
+
+    def _give_up(self, last: str) -> bool:
+        """Count a failure; True (and the sentence every request hears) when it is one of
+        GIVE_UP_AFTER in a row within CRASH_WINDOW_SECS."""
+        now = time.monotonic()
+        self._crashes = [t for t in self._crashes if now - t < CRASH_WINDOW_SECS] + [now]
+        if len(self._crashes) < GIVE_UP_AFTER:
+            return False
+        self._fail(
+            f"The embedded model server failed {GIVE_UP_AFTER} times in a row; the last time: "
+            f"{last.rstrip('.')}. Run `lmd doctor`, set embedded_model_path to another GGUF "
+            "file, or configure another backend with openai_chat_endpoint."
+        )
+        return True
 
     async def _start_once(self) -> None:
         self.started_at = time.monotonic()

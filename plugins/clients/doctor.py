@@ -197,6 +197,33 @@ def check_backend(settings: Any) -> list[Finding]:
     return found
 
 
+def check_embedded(settings: Any) -> Finding:
+    """The embedded model: its engine installed, its GGUF file there."""
+    from daemon.api import backend_state
+
+    state = backend_state(settings)
+    return Finding("backend", FAIL if ", but: " in state else OK, state[0].upper() + state[1:])
+
+
+def check_capabilities(environ: dict) -> Finding | None:
+    """What the running daemon's backend can do (its cached probe), if a daemon answers."""
+    from daemon.api import daemon_url
+
+    url = daemon_url(environ.get("LMD_URL"))
+    status, data, _ = _http_json(url + "/backend", environ.get("LMD_TOKEN") or "", 30.0)
+    if status != 200 or not isinstance(data, dict):
+        return None
+    caps = data.get("capabilities") or {}
+    has = [name for name, value in caps.items() if value and name != "top_logprobs"]
+    lacks = [name for name, value in caps.items() if not value]
+    return Finding(
+        "capabilities",
+        OK,
+        f"{data.get('model')} at {data.get('endpoint')} ({data.get('source')}): has "
+        f"{', '.join(has) or 'none'}; lacks {', '.join(lacks) or 'nothing'} (`lmd backend`).",
+    )
+
+
 def check_tokenizer(model: str) -> Finding:
     from daemon.api import tokens
 
@@ -370,7 +397,7 @@ def check_plugins(pm: Any) -> Finding:
 
 def run_checks(home: Path, offline: bool = False, environ: dict | None = None) -> list[Finding]:
     """Every check, in the order a person would fix them."""
-    from daemon.api import Settings, collect, get_plugin_manager
+    from daemon.api import Settings, choose_backend, collect, get_plugin_manager
 
     env = dict(os.environ if environ is None else environ)
     pm = get_plugin_manager()
@@ -385,6 +412,8 @@ def run_checks(home: Path, offline: bool = False, environ: dict | None = None) -
         findings.append(
             Finding("backend", WARN, "Backend not checked: fix the invalid settings first.")
         )
+    elif choose_backend(settings, env).embedded:
+        findings.append(check_embedded(settings))  # on this machine: offline is fine
     elif offline:
         findings.append(Finding("backend", WARN, "Backend not checked (--offline)."))
     else:
@@ -397,6 +426,9 @@ def run_checks(home: Path, offline: bool = False, environ: dict | None = None) -
     findings.append(check_token(home, env))
     if not offline:
         findings.append(check_daemon(env))
+        capabilities = check_capabilities(env) if findings[-1].status == OK else None
+        if capabilities is not None:
+            findings.append(capabilities)
     return findings
 
 

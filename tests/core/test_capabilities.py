@@ -129,7 +129,7 @@ def test_the_setting_overrides_what_was_probed(home, backend):
     [
         ([], "must be a JSON object"),
         ({"telepathy": True}, "does not know telepathy"),
-        ({"tools": "yes"}, "backend_capabilities.tools must be true or false"),
+        ({"tools": "yes"}, "tools must be true or false"),
         ({"top_logprobs": -1}, "at least 0"),
     ],
 )
