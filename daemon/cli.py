@@ -192,12 +192,14 @@ def for_terminal(text: str, raw: bool = False, stream=None) -> str:
 
 def open_daemon_state(home: Path | None):
     """The registry and store, for commands that work on the database directly."""
+    from daemon.backends import tokens
     from daemon.core import collect, default_home
     from daemon.plugins import get_plugin_manager
     from daemon.settings import Settings
     from daemon.store import Store
 
     registry = collect(get_plugin_manager())
+    tokens.remember_warnings_in(home or default_home())
     store = Store((home or default_home()) / "lmd.db")
     store.migrate(registry.migrations)
     return registry, store, Settings(registry.specs, store.stored_settings())

@@ -167,6 +167,9 @@ class Daemon:
         self.modes = self.registry.modes
         self.token = token  # the active token (None: the app has none); never log it
         secure_home(self.home)
+        from daemon.backends import tokens
+
+        tokens.remember_warnings_in(self.home)
         self.store = Store(self.home / "lmd.db")
         self.store.migrate(self.registry.migrations)
         self.locks = SessionLocks()
@@ -215,6 +218,25 @@ class Daemon:
                 client.identity = f"embedded:{embedded.model_path}"
         client.capability_overrides = s["backend_capabilities"]
         return client
+
+    def history_budget(self, settings: Settings) -> int:
+        """Tokens of history a context may hold: max_tokens, and no more than three quarters
+        of the model's context window where it is known (the embedded model's, or one a
+        server stated when it refused a longer one), leaving room for the answer."""
+        budget = settings["max_tokens"]
+        window = None
+        from daemon.backends.choice import choose_backend
+
+        if choose_backend(settings).embedded:
+            window = settings["embedded_context"]
+        else:
+            client = next(
+                (c for k, c in self._llms.items() if k[4] == settings["openai_model"]), None
+            )
+            window = client.context_window if client is not None else None
+        if window:
+            budget = min(budget, max(1, int(window * 0.75)))
+        return budget
 
     def embedded_server(self, settings: Settings):
         """The embedded model's supervisor, started on first need (on the event loop)."""

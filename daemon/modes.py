@@ -95,7 +95,7 @@ class Context:
             recent,
             karma.Params.from_settings(s),
             time.time(),
-            s["max_tokens"],
+            self.daemon.history_budget(s),
             s["min_score_to_include_prompt"],
         )
 

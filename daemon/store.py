@@ -311,8 +311,10 @@ class Store:
         """The session's newest `limit` prompts that may enter a context, oldest first."""
         conn = (self.db if self.db.conn.in_transaction else self._reader).conn
         rows = conn.execute(
+            # a failed turn (the backend unreachable, say) stays in the history, marked, and
+            # never reaches a later context: it would steer the model with a dead question
             f"SELECT {PROMPT_COLUMNS} FROM prompts WHERE session = ? AND role != 'error'"
-            " ORDER BY id DESC LIMIT ?",
+            " AND status != 'failed' ORDER BY id DESC LIMIT ?",
             [session, limit],
         ).fetchall()
         return [Prompt.from_tuple(r) for r in reversed(rows)]

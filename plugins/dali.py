@@ -8,12 +8,11 @@ from daemon.api import Context, Mode, hookimpl
 
 
 async def respond(ctx: Context) -> AsyncIterator[str]:
-    messages = ctx.messages()
-    if ctx.streaming:
-        async for chunk in ctx.llm.stream(messages):
-            yield chunk
-    else:
-        yield await ctx.llm.chat(messages)
+    # Always streamed from the backend, joined by the core for a whole reply: a request
+    # cancelled at llm_timeout_secs then stops at the server too (llama-cpp-python goes on
+    # generating for a closed non-streamed request, and answers one request at a time).
+    async for chunk in ctx.llm.stream(ctx.messages()):
+        yield chunk
 
 
 @hookimpl

@@ -5,12 +5,19 @@ Every backend failure becomes a BackendError carrying one sentence a voice user 
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from daemon.backends import accounting, tokens
 from daemon.errors import BackendError
 from daemon.words import plural
+
+log = logging.getLogger("lmd.llm")
 
 
 def base_url(endpoint: str) -> str:
@@ -76,6 +83,8 @@ class LLM:
         self.before_call: Callable[[], Awaitable[None]] | None = None
         self.unreachable: Callable[[], str | None] | None = None
         self.identity = url
+        self.context_window: int | None = None  # learnt from a context-length refusal
+        self._counting = False  # the server's tokenizer is lmd's token counter
 
     @property
     def api_key(self) -> str:
@@ -83,11 +92,20 @@ class LLM:
 
     async def capabilities(self, fresh: bool = False) -> Any:
         """The backend's Capabilities: probed once per endpoint and model, then cached;
-        `fresh` probes again."""
-        from daemon.backends.capabilities import shared_cache
+        `fresh` probes again. A tokenize endpoint found becomes lmd's token counter."""
+        from daemon.backends.capabilities import server_root, shared_cache
 
         cache = self.capability_cache or shared_cache()
         caps = await cache.get(self, fresh=fresh)
+        if caps.tokenize and caps.tokenize_path and not self._counting:
+            self._counting = True
+            tokens.use_server(
+                self.model,
+                tokens.ServerCounter(
+                    server_root(self.url), caps.tokenize_path, caps.tokenize_field or "input",
+                    self._key, self.model,
+                ),
+            )  # fmt: skip
         return caps.with_overrides(self.capability_overrides)
 
     async def close(self) -> None:
@@ -104,82 +122,190 @@ class LLM:
     async def complete(self, messages: list[dict], **kwargs: Any) -> Any:
         """The raw ChatCompletion object (for logprobs, n, reasoning fields)."""
         kwargs.setdefault("model", self.model)
+        messages = alternate_roles(messages)
+        started = time.monotonic()
         try:
             if self.before_call is not None:
                 await self.before_call()
-            endpoint = self._chat
-            body = endpoint.body(messages, kwargs) if endpoint is not None else None
-            if body is not None:
-                return await endpoint.create(body)
-            return await self.client.chat.completions.create(messages=messages, **kwargs)
+            started = time.monotonic()
+            try:
+                response = await self._within_deadline(self._create(messages, kwargs), started)
+            except self._openai.BadRequestError as e:
+                shorter = self._shortened(messages, e)
+                if shorter is None:
+                    raise
+                response = await self._within_deadline(self._create(shorter, kwargs), started)
         except Exception as e:
-            raise self.explain(e) from e
+            raise self.explain(e, started) from e
+        choices = getattr(response, "choices", None)
+        choice = choices[0] if choices else None
+        accounting.record(getattr(response, "usage", None), getattr(choice, "finish_reason", None))
+        return response
+
+    async def _create(self, messages: list[dict], kwargs: dict) -> Any:
+        endpoint = self._chat
+        body = endpoint.body(messages, kwargs) if endpoint is not None else None
+        if body is not None:
+            return await endpoint.create(body)
+        return await self.client.chat.completions.create(messages=messages, **kwargs)
+
+    async def _within_deadline(self, call: Awaitable[Any], started: float) -> Any:
+        """One backend call, retries included, within llm_timeout_secs of `started`: past
+        that, the request is cancelled (its connection closed, so the server can stop)."""
+        left = self.timeout - (time.monotonic() - started)
+        try:
+            async with asyncio.timeout(max(left, 0.001)):
+                return await call
+        except TimeoutError:
+            raise _Deadline() from None
+
+    def _shortened(self, messages: list[dict], e: Exception) -> list[dict] | None:
+        """The messages with the oldest turns dropped to fit, when `e` is the server refusing
+        a context that is too long; None when it is not, or nothing can be dropped."""
+        limit = context_overflow(e)
+        if limit is None:
+            return None
+        window, asked = limit
+        if window:
+            self.context_window = window
+        shorter = drop_oldest(messages, window, asked)
+        if shorter is not None:
+            log.info(
+                "The backend's context is full (%s); trying once more with %d of %d messages.",
+                f"{window} tokens" if window else "no size given", len(shorter), len(messages),
+            )  # fmt: skip
+        return shorter
 
     async def completion(self, prompt: str, **kwargs: Any) -> Any:
         """The legacy completions endpoint (raw prompts for base models)."""
         kwargs.setdefault("model", self.model)
+        started = time.monotonic()
         try:
             if self.before_call is not None:
                 await self.before_call()
+            started = time.monotonic()
             endpoint = self._completions
             body = endpoint.body(prompt, kwargs) if endpoint is not None else None
             if body is not None:
-                return await endpoint.create(body)
-            return await self.client.completions.create(prompt=prompt, **kwargs)
+                call = endpoint.create(body)
+            else:
+                call = self.client.completions.create(prompt=prompt, **kwargs)
+            response = await self._within_deadline(call, started)
         except Exception as e:
-            raise self.explain(e) from e
+            raise self.explain(e, started) from e
+        choices = getattr(response, "choices", None)
+        choice = choices[0] if choices else None
+        accounting.record(getattr(response, "usage", None), getattr(choice, "finish_reason", None))
+        return response
 
     async def stream(self, messages: list[dict], **kwargs: Any) -> AsyncIterator[str]:
-        """Text chunks as the backend produces them."""
+        """Text chunks as the backend produces them.
+
+        A stream that ends with no word at all (llama-cpp-python answers a context overflow
+        with an empty 200 stream) is asked once more without streaming, which says why."""
         kwargs.setdefault("model", self.model)
+        messages = alternate_roles(messages)
         stream: Any = None
+        started = time.monotonic()
+        said: list[str] = []
         try:
             if self.before_call is not None:
                 await self.before_call()
-            endpoint = self._chat
-            body = endpoint.body(messages, kwargs, stream=True) if endpoint is not None else None
-            if body is not None:
-                stream = endpoint.stream(body)
-            else:
-                stream = await self.client.chat.completions.create(
-                    messages=messages, stream=True, **kwargs
-                )
-            finished = False
-            async for chunk in stream:
-                if chunk.choices and chunk.choices[0].finish_reason:
-                    finished = True
-                if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
-                    yield chunk.choices[0].delta.content
-            if not finished:
+            started = time.monotonic()
+            try:
+                stream, first = await self._start_stream(messages, kwargs, started)
+            except self._openai.BadRequestError as e:
+                shorter = self._shortened(messages, e)
+                if shorter is None:
+                    raise
+                messages = shorter
+                stream, first = await self._start_stream(messages, kwargs, started)
+            finish: str | None = None
+            usage: Any = None
+            async for chunk in _chain(first, stream):
+                if getattr(chunk, "usage", None) is not None:
+                    usage = chunk.usage
+                if not chunk.choices:
+                    continue
+                choice = chunk.choices[0]
+                if choice.finish_reason:
+                    finish = choice.finish_reason
+                if choice.delta and choice.delta.content:
+                    said.append(choice.delta.content)
+                    yield choice.delta.content
+            if finish is None and not said:
+                await stream.aclose()
+                stream = None
+                response = await self.complete(messages, **kwargs)  # records its own usage
+                choice = response.choices[0] if response.choices else None
+                text = (choice.message.content or "") if choice is not None else ""
+                if text:
+                    yield text
+                return
+            if finish is None:
                 # The connection closed mid-answer: say so rather than pass a cut reply as whole.
                 raise BackendError(
                     "The language model's answer was cut off before it finished; try again."
                 )
+            prompt = sum(tokens.count(str(m.get("content") or ""), self.model) + 4
+                         for m in messages)  # fmt: skip
+            estimate = (prompt, tokens.count("".join(said), self.model))
+            accounting.record(usage, finish, estimate)
         except BackendError:
             raise
         except Exception as e:
-            raise self.explain(e) from e
+            raise self.explain(e, started) from e
         finally:
             if stream is not None:
                 await stream.aclose()  # a reader that stops early frees the connection at once
 
-    def explain(self, e: Exception) -> BackendError:
+    async def _start_stream(self, messages: list[dict], kwargs: dict, started: float) -> Any:
+        """The stream and its first chunk (None when it ends at once), within the deadline:
+        a refusal (HTTP 400) or a server that never starts surfaces here, where it can still
+        be retried or explained."""
+        stream = await self._within_deadline(self._open_stream(messages, kwargs), started)
+        try:
+            first = await self._within_deadline(anext(aiter(stream), None), started)
+        except BaseException:
+            await stream.aclose()
+            raise
+        return stream, first
+
+    async def _open_stream(self, messages: list[dict], kwargs: dict) -> Any:
+        endpoint = self._chat
+        body = endpoint.body(messages, kwargs, stream=True) if endpoint is not None else None
+        if body is not None:
+            return endpoint.stream(body)
+        return await self.client.chat.completions.create(messages=messages, stream=True, **kwargs)
+
+    def explain(self, e: Exception, started: float | None = None) -> BackendError:
         """Map an openai/httpx exception to one sentence, never carrying the API key."""
-        error = self._explain(e)
+        waited = time.monotonic() - started if started is not None else self.timeout
+        error = self._explain(e, waited)
         if isinstance(error.detail, str) and len(self._key) >= 8:
             # Some servers echo the key they refused; the detail reaches clients and logs.
             error.detail = error.detail.replace(self._key, "[redacted]")
         return error
 
-    def _explain(self, e: Exception) -> BackendError:
+    def _explain(self, e: Exception, waited: float) -> BackendError:
         o = self._openai
         if isinstance(e, BackendError):
             return e
-        if isinstance(e, o.APITimeoutError):
+        if isinstance(e, (_Deadline, o.APITimeoutError)):
             return BackendError(
-                f"The language model did not answer within {plural(self.timeout, 'second')}; "
-                "try again, or raise llm_timeout_secs.",
+                f"The language model did not answer: I waited {_seconds(waited)} "
+                f"(llm_timeout_secs is {self.timeout:g}) and cancelled the request; try again, "
+                "or raise llm_timeout_secs.",
                 status=504,
+            )
+        limit = context_overflow(e)
+        if limit is not None:
+            window = f" (it holds {limit[0]} tokens)" if limit[0] else ""
+            return BackendError(
+                f"The conversation is too long for the model's context{window}, even after "
+                "dropping older turns; start a new session, or use a model with a longer "
+                "context.",
+                detail=_short(e),
             )
         if isinstance(e, o.APIConnectionError):
             known = self.unreachable() if self.unreachable is not None else None
@@ -226,3 +352,102 @@ def shown_url(url: str) -> str:
 
 def _short(e: Exception) -> str:
     return str(getattr(e, "message", e))[:300]
+
+
+class _Deadline(Exception):
+    """A call ran past llm_timeout_secs (retries included) and was cancelled."""
+
+
+# How servers word a context that is too long (HTTP 400): OpenAI and vLLM and
+# llama-cpp-python ("This model's maximum context length is 512 tokens. However, you requested
+# 3239 tokens ..."), llama.cpp's server ("the request exceeds the available context size"),
+# Ollama and others ("context length exceeded", "context window").
+_WINDOW = re.compile(r"maximum context length is (\d+)|context (?:window|size) of (\d+)", re.I)
+_ASKED = re.compile(r"(?:requested|resulted in) (\d+) tokens|Requested tokens \((\d+)\)", re.I)
+_OVERFLOW = re.compile(
+    r"context_length_exceeded|maximum context length|exceeds? the available context size|"
+    r"exceed_context_size|context (?:length|window) (?:exceeded|of \d+)|too many tokens",
+    re.I,
+)
+
+
+def context_overflow(e: Exception) -> tuple[int | None, int | None] | None:
+    """(the server's window, the tokens asked for) when `e` is a context-length refusal."""
+    status = getattr(e, "status_code", None)
+    if status not in (400, 413, 422):
+        return None
+    text = str(getattr(e, "message", "")) + " " + str(getattr(e, "body", "") or "")
+    code = getattr(e, "code", None)
+    if code != "context_length_exceeded" and not _OVERFLOW.search(text):
+        return None
+    window = _WINDOW.search(text)
+    asked = _ASKED.search(text)
+    return (
+        int(next(g for g in window.groups() if g)) if window else None,
+        int(next(g for g in asked.groups() if g)) if asked else None,
+    )
+
+
+def drop_oldest(messages: list[dict], window: int | None, asked: int | None) -> list[dict] | None:
+    """The messages without their oldest turns, to fit `window` when the server said how many
+    tokens were asked for (else half of them go); system messages and the last message stay.
+    None when nothing can be dropped."""
+    keep_head = [m for m in messages[:1] if m.get("role") == "system"]
+    body = messages[len(keep_head) : -1]
+    last = messages[-1:]
+    if not body:
+        return None
+    share = 0.5
+    if window and asked and asked > window:
+        share = max(0.0, min(0.9, window / asked * 0.85))
+    sizes = [len(str(m.get("content") or "")) for m in body]
+    budget = sum(sizes) * share
+    kept: list[dict] = []
+    for m, size in zip(reversed(body), reversed(sizes), strict=True):
+        if size > budget:
+            break
+        budget -= size
+        kept.append(m)
+    kept.reverse()
+    # tool results must follow their call: a kept result whose call was dropped goes too
+    while kept and kept[0].get("role") == "tool":
+        kept.pop(0)
+    return alternate_roles(keep_head + kept + last)
+
+
+def alternate_roles(messages: list[dict]) -> list[dict]:
+    """Neighbouring messages of the same role (user, assistant or system) merged into one, in
+    order: chat templates that require alternation refuse a history that karma pruning left
+    with two answers in a row. Tool calls and tool results are never merged."""
+    out: list[dict] = []
+    for m in messages:
+        prev = out[-1] if out else None
+        if (
+            prev is not None
+            and m.get("role") == prev.get("role")
+            and m.get("role") in ("user", "assistant", "system")
+            and isinstance(m.get("content"), str)
+            and isinstance(prev.get("content"), str)
+            and set(m) <= {"role", "content"}
+            and set(prev) <= {"role", "content"}
+        ):
+            out[-1] = {"role": m["role"], "content": prev["content"] + "\n\n" + m["content"]}
+        else:
+            out.append(m)
+    return out
+
+
+async def _chain(first: Any, rest: Any) -> AsyncIterator[Any]:
+    if first is None:
+        return
+    yield first
+    async for item in rest:
+        yield item
+
+
+def _seconds(secs: float) -> str:
+    """1.5 seconds, 12 seconds: what a person would say."""
+    if secs < 10:
+        shown = f"{secs:.1f}".rstrip("0").rstrip(".")
+        return f"{shown} second" + ("" if shown == "1" else "s")
+    return plural(round(secs), "second")

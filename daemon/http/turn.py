@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from daemon import directives, sessions
+from daemon.backends.accounting import TurnUsage, begin_turn
 from daemon.errors import LmdError
 from daemon.modes import Context, record_turn
 from daemon.speak import speak_stream, speakable
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("lmd.turn")
 
 CUT_SENTENCE = "The daemon stopped before this was finished; say it again."
+LENGTH_NOTE = (
+    "\n\n(The answer was cut off here: it reached the model's length limit. Say "
+    '"go on" to hear more.)'
+)
 SHUTDOWN_SENTENCE = "lmd is shutting down and stopped this request; say it again once it is back."
 
 
@@ -39,9 +44,10 @@ class Outcome:
     reply_prompt_id: int | None = None
     pending: dict | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    usage: TurnUsage = field(default_factory=TurnUsage)  # what the backend counted
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "mode": self.mode,
             "reply": self.reply,
             "session": self.session,
@@ -49,6 +55,9 @@ class Outcome:
             "pending": self.pending,
             **self.extra,
         }
+        if self.usage.cut:
+            out["finish_reason"] = "length"
+        return out
 
 
 async def run_turn(
@@ -59,9 +68,12 @@ async def run_turn(
     streaming: bool = False,
     cwd: str | None = None,
     mode_override: str | None = None,
+    say_cut: bool = True,
 ) -> AsyncIterator[str]:
-    """Answer one utterance; yields the reply's chunks and fills `outcome`."""
+    """Answer one utterance; yields the reply's chunks and fills `outcome`. With
+    `say_cut`, a reply the backend cut at its length limit ends with a sentence saying so."""
     async with daemon.locks.hold(session_name):
+        outcome.usage = begin_turn()
         settings = daemon.settings()
         store = daemon.store
         now = time.time()
@@ -152,13 +164,26 @@ async def run_turn(
                     "assistant", "".join(chunks), ctx.reply_kind, status="partial"
                 )
                 store.save_session(session)
+        status = "ok"
+        if outcome.usage.cut:
+            # The model stopped at the length limit, not because it was done: say so, and
+            # keep it marked (a later "go on" has the cut reply in its context).
+            status = "cut"
+            if say_cut and chunks:
+                chunks.append(LENGTH_NOTE)
+                yield LENGTH_NOTE
         reply = "".join(chunks)
         outcome.reply = reply
         outcome.pending = session.pending
         outcome.extra = ctx.extra
         if reply:
             outcome.reply_prompt_id = await in_thread(
-                store_turn, "assistant", reply, ctx.reply_kind, meta=ctx.reply_meta or None
+                store_turn,
+                "assistant",
+                reply,
+                ctx.reply_kind,
+                meta=ctx.reply_meta or None,
+                status=status,
             )
         session.last_active = time.time()
         await in_thread(store.save_session, session)
@@ -219,12 +244,15 @@ class TurnReply:
         speak: bool = False,
         cwd: str | None = None,
         mode: str | None = None,
+        say_cut: bool = True,
     ) -> None:
         self.daemon = daemon
         self.outcome = Outcome(session=session)
         self.speak = speak
         self.first: str | None = None
-        chunks = run_turn(daemon, session, text, self.outcome, stream, working_directory(cwd), mode)
+        chunks = run_turn(
+            daemon, session, text, self.outcome, stream, working_directory(cwd), mode, say_cut
+        )
         self.chunks = speak_stream(chunks) if speak and stream else chunks
 
     async def whole(self) -> str:

@@ -348,12 +348,25 @@ async def _chat(request: Any) -> Any:
     except LmdError:
         raise OpenAIError("The X-Cwd header must be an absolute path.", param="X-Cwd") from None
     speak = wants_speech(request.headers, request.query_params)
+    # finish_reason "length" tells an OpenAI client that the answer was cut; the spoken note
+    # /v1 adds would only be noise in an editor
     turn = TurnReply(
-        daemon, session, chat.utterance, stream=chat.stream, speak=speak, cwd=cwd, mode=chat.mode
+        daemon,
+        session,
+        chat.utterance,
+        stream=chat.stream,
+        speak=speak,
+        cwd=cwd,
+        mode=chat.mode,
+        say_cut=False,
     )
     model_name = daemon.settings()["openai_model"]
 
     def usage(reply: str) -> dict:
+        """What the backend counted for every call of this turn (the whole context it was
+        sent, not just the last utterance); counted here for a turn that made no call."""
+        if turn.outcome.usage.calls:
+            return turn.outcome.usage.to_json()
         p = tokens.count(chat.utterance, model_name)
         c = tokens.count(reply, model_name)
         return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
@@ -376,6 +389,11 @@ class ChatFormat:
         self.created = int(time.time())
 
     @property
+    def finish_reason(self) -> str:
+        """The backend's own reason for the turn's last answer ("length" when it was cut)."""
+        return "length" if self.outcome.usage.cut else "stop"
+
+    @property
     def ident(self) -> str:
         return f"chatcmpl-lmd-{self.outcome.user_prompt_id}"  # known once the turn has begun
 
@@ -389,7 +407,7 @@ class ChatFormat:
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": reply},
-                    "finish_reason": "stop",
+                    "finish_reason": self.finish_reason,
                     "logprobs": None,
                 }
             ],
@@ -419,7 +437,7 @@ class ChatFormat:
         return self._delta({"content": text})
 
     def closing(self, said: str) -> list[str]:
-        events = [self._delta({}, "stop", lmd=self.outcome.to_json())]
+        events = [self._delta({}, self.finish_reason, lmd=self.outcome.to_json())]
         if self.chat.include_usage:
             events.append(self._event([], usage=self.usage(said)))
         return events

@@ -170,7 +170,7 @@ def test_a_timeout_is_the_same_sentence(backend):
         backend, lambda llm: llm.chat(HISTORY), replies=[Reply(delay=0.6)], timeout=0.2
     )
     assert isinstance(fast, BackendError) and fast.status == 504
-    assert fast.message == sdk.message and "within 0.2 seconds" in fast.message
+    assert fast.message == sdk.message and "I waited 0.2 seconds" in fast.message
     assert type(fast.__cause__) is type(sdk.__cause__)
 
 

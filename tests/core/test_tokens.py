@@ -1,4 +1,5 @@
-"""Token counting: the real tiktoken path with an Encoding built here, and the offline estimate."""
+"""Token counting: the real tiktoken path with an Encoding built here, the server's tokenizer
+on the real model, and the offline estimate (safe for digits and non-Latin text)."""
 
 import logging
 
@@ -12,6 +13,8 @@ from daemon.backends import tokens
 def fresh(monkeypatch):
     monkeypatch.setattr(tokens, "_encodings", {})
     monkeypatch.setattr(tokens, "_warned", False)
+    monkeypatch.setattr(tokens, "_servers", {})
+    monkeypatch.setattr(tokens, "_marker", None)
 
 
 def byte_encoding() -> tiktoken.Encoding:
@@ -32,19 +35,60 @@ def test_tiktoken_path_counts_with_the_encoding(fresh):
     assert tokens.count("<|endoftext|>", "test-model") > 0
 
 
-def test_offline_fallback_estimates_and_warns_once(fresh, monkeypatch, caplog):
+def offline_tiktoken(monkeypatch):
     def offline(*a, **k):
         raise ConnectionError("no network")
 
     monkeypatch.delenv("LMD_TOKENIZER", raising=False)
     monkeypatch.setattr(tiktoken, "encoding_for_model", offline)
     monkeypatch.setattr(tiktoken, "get_encoding", offline)
+
+
+def test_offline_fallback_estimates_and_warns_once(fresh, monkeypatch, caplog):
+    offline_tiktoken(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="lmd.tokens"):
-        assert tokens.count("abcdefgh", "gpt-4.1-mini") == 2
+        assert tokens.count("abcdefgh", "gpt-4.1-mini") == tokens.estimate("abcdefgh") == 3
         assert tokens.count("abcdefghi", "other-model") == 3
     warnings = [r for r in caplog.records if "estimated" in r.getMessage()]
     assert len(warnings) == 1
     assert tokens.tokenizer_name("gpt-4.1-mini").startswith("estimate")
+
+
+def test_the_offline_warning_is_said_once_per_installation(fresh, monkeypatch, caplog, tmp_path):
+    """A later process (every CLI command is one) with the same home stays quiet."""
+    offline_tiktoken(monkeypatch)
+    tokens.remember_warnings_in(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="lmd.tokens"):
+        tokens.count("x", "gpt-4.1-mini")
+    assert len([r for r in caplog.records if "estimated" in r.getMessage()]) == 1
+    assert (tmp_path / tokens.WARNED_FILE).exists()
+    caplog.clear()
+    monkeypatch.setattr(tokens, "_encodings", {})
+    monkeypatch.setattr(tokens, "_warned", False)  # as in a new process
+    with caplog.at_level(logging.WARNING, logger="lmd.tokens"):
+        tokens.count("x", "gpt-4.1-mini")
+    assert [r for r in caplog.records if "estimated" in r.getMessage()] == []
+
+
+def test_the_cli_says_it_once_too(tmp_path):
+    """Through the real entry point, twice, offline (tiktoken cannot fetch its files here)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "LMD_TOKENIZER"}
+    env["TIKTOKEN_CACHE_DIR"] = str(tmp_path / "empty-cache")
+    home = tmp_path / "h"
+    home.mkdir()
+    said = []
+    for _ in range(2):
+        ran = subprocess.run(
+            [sys.executable, "-m", "daemon.cli", "plugins"],
+            env={**env, "LMD_HOME": str(home), "https_proxy": "http://127.0.0.1:9"},
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        said.append("tiktoken could not load" in ran.stderr)
+    assert said == [True, False]
 
 
 def test_unknown_model_names_use_a_generic_encoding(fresh, monkeypatch):
@@ -60,10 +104,42 @@ def test_unknown_model_names_use_a_generic_encoding(fresh, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("text", "n"), [("", 0), ("a", 1), ("abcd", 1), ("abcde", 2), ("é", 1), ("日本語", 3)]
+    ("text", "n"),
+    [("", 0), ("a", 1), ("abcd", 2), ("abcdefg", 2), ("1234567", 7), ("é", 1), ("日本語", 5)],
 )
-def test_estimate_is_four_utf8_bytes_per_token_rounded_up(text, n):
+def test_estimate_counts_digits_and_non_latin_text_safely(text, n):
     assert tokens.estimate(text) == n
+
+
+def test_a_digit_history_is_not_underestimated(real_model):
+    """The old 4-bytes rule said 800 tokens for this; SmolLM2's tokenizer (a digit a token)
+    counts about four times that. The estimate must not fall short of the real count."""
+    import json
+    import urllib.request
+
+    text = " ".join(str(1000000 + i) for i in range(400))
+    req = urllib.request.Request(
+        real_model.url.removesuffix("/v1") + "/extras/tokenize",
+        json.dumps({"input": text}).encode(),
+        {"Authorization": f"Bearer {real_model.key}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        real = len(json.loads(r.read())["tokens"])
+    assert real > 3 * ((len(text) + 3) // 4)  # the old estimate was off by that much
+    assert tokens.estimate(text) >= real
+
+
+def test_the_server_counts_when_it_has_a_tokenize_endpoint(fresh, real_model):
+    counter = tokens.ServerCounter(
+        real_model.url.removesuffix("/v1"), "/extras/tokenize", "input", real_model.key, "m"
+    )
+    tokens.use_server("m", counter)
+    assert tokens.tokenizer_name("m") == "the server's tokenizer"
+    n = tokens.count("hello 12345 world", "m")
+    assert n == tokens.count("hello 12345 world", "m") and counter.requests == 1  # cached
+    assert 5 <= n <= 10
+    tokens.use_server("m", lambda text: 1 / 0)  # a failing counter falls back, never fails
+    assert tokens.count("abcd", "m") == tokens.count("abcd", "unknown-model")
 
 
 def test_counts_are_stored_once_at_insert(client, backend):
