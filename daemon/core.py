@@ -282,9 +282,13 @@ class Daemon:
 
         settings = self.settings()
         try:
-            self.llm(settings)  # with the embedded model, its server starts now
+            llm = self.llm(settings)  # with the embedded model, its server starts now
         except LmdError:
             pass  # each request says it (and `lmd serve` printed it at start)
+        else:
+            # What the backend can do, in the background (once per endpoint and model: the
+            # answer is kept in the database): its tokenizer then counts the context's tokens.
+            self._probe_task = asyncio.create_task(self._probe(llm))
         # Probe for the command sandbox now (a short bwrap run), not on the first command.
         await asyncio.to_thread(sandbox.detect)
         try:
@@ -294,6 +298,14 @@ class Daemon:
         except TimeoutError:
             pass  # counting falls back to the estimate if tiktoken is still stuck
 
+    async def _probe(self, llm: Any) -> None:
+        try:
+            await llm.capabilities()
+        except Exception as e:  # noqa: BLE001 - a probe never stops the daemon
+            import logging
+
+            logging.getLogger("lmd.core").debug("capability probe failed: %s", e)
+
     async def call_hook(self, name: str) -> None:
         """Run startup/shutdown hooks, awaiting those that return awaitables."""
         for result in getattr(self.pm.hook, name)(daemon=self):
@@ -301,6 +313,9 @@ class Daemon:
                 await result
 
     async def close(self) -> None:
+        task = getattr(self, "_probe_task", None)
+        if task is not None and not task.done():
+            task.cancel()
         for client in self._llms.values():
             await client.close()
         self._llms.clear()

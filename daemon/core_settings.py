@@ -235,6 +235,14 @@ CORE_SETTINGS = [
         check=_check_aliases,
     ),
     Setting("max_tokens", 3500, "int", "Most tokens of history sent to the model.", min=1),
+    Setting(
+        "reply_max_tokens",
+        0,
+        "int",
+        "Most tokens of one free-chat reply; 0 leaves it to the server. A reply cut there "
+        "is said to be cut.",
+        min=0,
+    ),
     Setting("max_bash_output_len_for_response", 2000, "int", "Characters of output kept.", min=1),
     Setting("recent_history_limit", 50, "int", "Newest prompts considered.", min=1),
     Setting("default_karma", 1000, "int", "Karma of ordinary prompts.", min=0),

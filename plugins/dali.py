@@ -11,7 +11,9 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
     # Always streamed from the backend, joined by the core for a whole reply: a request
     # cancelled at llm_timeout_secs then stops at the server too (llama-cpp-python goes on
     # generating for a closed non-streamed request, and answers one request at a time).
-    async for chunk in ctx.llm.stream(ctx.messages()):
+    limit = ctx.settings["reply_max_tokens"]
+    extra = {"max_tokens": limit} if limit else {}
+    async for chunk in ctx.llm.stream(ctx.messages(), **extra):
         yield chunk
 
 

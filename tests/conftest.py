@@ -62,6 +62,17 @@ def real_model():
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def small_model():
+    """The same server with a 256-token context: overflows without minutes of reading (this
+    CPU reads some 130 tokens a second on one thread)."""
+    from tests.real_model import start_real_model
+
+    server = start_real_model(n_ctx=256)
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def backend() -> Iterator[FakeBackend]:
     b = FakeBackend().start()

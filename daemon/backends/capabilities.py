@@ -271,6 +271,8 @@ async def probe(llm: Any, timeout: float = PROBE_TIMEOUT) -> Capabilities:
     """Ask the backend behind `llm` (daemon.backends.llm.LLM) what it can do."""
     import openai
 
+    if getattr(llm, "before_call", None) is not None:
+        await llm.before_call()  # the embedded model's server may still be starting
     client = llm.client.with_options(max_retries=0, timeout=timeout)
 
     async def send(feature: str, messages: list[dict], **kwargs: Any) -> Any:

@@ -16,6 +16,9 @@ from typing import Any
 import httpx2
 
 
+KEEPALIVE_SECS = 4.0
+
+
 class SpreadTransport(httpx2.AsyncBaseTransport):
     """`pools` httpx2.AsyncHTTPTransport pools sharing the connection limits."""
 
@@ -24,6 +27,9 @@ class SpreadTransport(httpx2.AsyncBaseTransport):
         per_pool = httpx2.Limits(
             max_connections=max(1, -(-max_connections // pools)),
             max_keepalive_connections=max(1, -(-keepalive // pools)),
+            # uvicorn (llama-cpp-python, vLLM) drops an idle connection after 5 s: reusing one
+            # at that moment fails mid-request. Let ours go first.
+            keepalive_expiry=KEEPALIVE_SECS,
         )
         self.pools = [
             httpx2.AsyncHTTPTransport(verify=verify, limits=per_pool) for _ in range(pools)

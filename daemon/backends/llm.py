@@ -236,9 +236,7 @@ class LLM:
             if finish is None and not said:
                 await stream.aclose()
                 stream = None
-                response = await self.complete(messages, **kwargs)  # records its own usage
-                choice = response.choices[0] if response.choices else None
-                text = (choice.message.content or "") if choice is not None else ""
+                text = await self._ask_again(messages, kwargs, started)
                 if text:
                     yield text
                 return
@@ -258,6 +256,31 @@ class LLM:
         finally:
             if stream is not None:
                 await stream.aclose()  # a reader that stops early frees the connection at once
+
+    async def _ask_again(self, messages: list[dict], kwargs: dict, started: float) -> str:
+        """After a stream that ended without a word: the same request, not streamed, to hear
+        why. The server closed the stream's connection, so a kept-alive one may be dead: one
+        connection error is tried again on a new connection."""
+        o = self._openai
+        for attempt in (1, 2):
+            try:
+                try:
+                    response = await self._within_deadline(self._create(messages, kwargs), started)
+                except o.BadRequestError as e:
+                    shorter = self._shortened(messages, e)
+                    if shorter is None:
+                        raise
+                    response = await self._within_deadline(self._create(shorter, kwargs), started)
+                break
+            except o.APITimeoutError:
+                raise
+            except o.APIConnectionError:
+                if attempt == 2:
+                    raise
+        choices = getattr(response, "choices", None)
+        choice = choices[0] if choices else None
+        accounting.record(getattr(response, "usage", None), getattr(choice, "finish_reason", None))
+        return (choice.message.content or "") if choice is not None else ""
 
     async def _start_stream(self, messages: list[dict], kwargs: dict, started: float) -> Any:
         """The stream and its first chunk (None when it ends at once), within the deadline:
