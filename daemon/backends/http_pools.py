@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx2
 
-
 KEEPALIVE_SECS = 4.0
 
 
