@@ -27,6 +27,7 @@ class BackendChoice:
 
 
 def choose_backend(settings: Any, environ: dict | None = None) -> BackendChoice:
+    """The backend `lmd serve` uses with these settings and environment, and why."""
     env = os.environ if environ is None else environ
     mode = settings["backend"]
     if mode == "embedded":

@@ -88,7 +88,8 @@ os.execv(sys.executable, [sys.executable, "-m", "llama_cpp.server", "--config_fi
 """
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback port nobody listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -140,7 +141,7 @@ class EmbeddedServer:
         if why:
             raise LmdError(why)
         check_gguf(self.model_path)
-        self.port = self.port or _free_port()
+        self.port = self.port or free_port()
         if self._dir is None:
             self._dir = tempfile.TemporaryDirectory(prefix="lmd-embedded-")
         folder = Path(self._dir.name)  # 0700: mkdtemp's own mode

@@ -279,8 +279,10 @@ class LLM:
                     raise
         choices = getattr(response, "choices", None)
         choice = choices[0] if choices else None
+        if choice is None:
+            raise BackendError("The language model sent an empty answer; try again.")
         accounting.record(getattr(response, "usage", None), getattr(choice, "finish_reason", None))
-        return (choice.message.content or "") if choice is not None else ""
+        return choice.message.content or ""
 
     async def _start_stream(self, messages: list[dict], kwargs: dict, started: float) -> Any:
         """The stream and its first chunk (None when it ends at once), within the deadline:

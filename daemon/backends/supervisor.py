@@ -9,7 +9,7 @@ import logging
 import time
 from pathlib import Path
 
-from daemon.backends.embedded import EmbeddedServer
+from daemon.backends.embedded import EmbeddedServer, free_port
 from daemon.errors import BackendError, LmdError
 
 log = logging.getLogger("lmd.embedded")
@@ -31,6 +31,7 @@ class Supervisor:
         start_timeout: float = 120.0,
     ) -> None:
         self.server = EmbeddedServer(model_path, n_ctx=n_ctx, n_threads=n_threads, alias=alias)
+        self.server.port = free_port()  # known now: clients are made before it answers
         self.start_timeout = start_timeout
         self.failed: str | None = None  # why it cannot run: every request hears this
         self.crashed: str | None = None  # the last crash, said to the turn it cut off
@@ -110,7 +111,7 @@ class Supervisor:
                 if self._give_up(e.message):
                     return
                 log.warning("%s Trying again.", e.message)
-                self.server.port = 0  # a fresh port: the last one may be taken
+                self.server.port = free_port()  # the last one may be taken
                 continue
             self.crashed = None
             await asyncio.to_thread(self.server.proc.wait)
@@ -125,7 +126,7 @@ class Supervisor:
                 return
             log.warning("%s Starting it again.", self.crashed)
             self.restarts += 1
-            self.server.port = 0
+            self.server.port = free_port()
 
     def _give_up(self, last: str) -> bool:
         """Count a failure; True (and the sentence every request hears) when it is one of

@@ -1,11 +1,16 @@
 """Reading a 0-10 score out of whatever the model said.
 
 Thinking is stripped first (`<think>...</think>`, or everything up to a lone `</think>` when
-the template opened the block). Then, in order: the whole reply is a number ("7", "**7**",
-"7.", "07"); a "score: N" phrase (the last one wins, as models conclude with it); "N/10" or
-"N out of 10"; a number opening the reply ("8. The email ..."); the only number in the reply.
-Anything else, and any number outside 0-10, is no score: the caller retries, then reports
-the raw reply. Nothing is ever made up.
+the template opened the block). Then what cannot be an answer is taken out: lines echoing the
+prompt's rubric ("- 10 = strongly yes, definitely true"), ranges ("7-9", "0 to 15", "between
+3 and 5") and negated numbers ("not a 7", "isn't 5"). Small real models say such things (a
+real SmolLM2 said "No, 7-9 is definitely not a score to provide."); none of it is a score.
+
+In what remains, in order: the whole reply is a number ("7", "**7**", "7.", "07"); a
+"score: N" phrase (the last one wins, as models conclude with it); "N/10" or "N out of 10"; a
+number opening the reply ("8. The email ..."); the only number in the reply. Anything else,
+and any number outside 0-10, is no score: the caller retries, then reports the raw reply.
+Nothing is ever made up.
 """
 
 from __future__ import annotations
@@ -21,6 +26,27 @@ _OUT_OF_TEN = re.compile(_NUMBER + r"\s*(?:/|out\s+of)\s*10\b", re.I)
 _LEADING = re.compile(r"^[*_`\s]*" + _NUMBER + r"(?![\d/])")
 _ANY = re.compile(r"(?<![\d.-])(?<!\d[eE])(?<!\d[eE][-+])" + _NUMBER + r"(?![\d])")
 
+# What is never an answer. A rubric line: "- 10 = strongly yes", "7-9 = probably yes", "0-2:
+# strongly no". A range: "7-9", "7 – 9", "0 to 15", "from 3 to 5", "between 3 and 5".
+_RUBRIC_LINE = re.compile(
+    r"^[ \t]*[-*•]?[ \t]*\d+(?:[ \t]*[-–][ \t]*\d+)?[ \t]*[=:][ \t]*"
+    r"(?:strongly|probably|uncertain|definitely|likely)\b.*$",
+    re.I | re.M,
+)
+_RANGE = re.compile(
+    r"\b(?:between\s+)?\d+(?:\.\d+)?\s*(?:-|–|—|to|through|and)\s*\d+(?:\.\d+)?\b"
+    r"(?!\s*(?:/|out\s+of)\s*10\b)",
+    re.I,
+)
+# "not a 7", "isn't 5"; but "No, the score is 7" answers the question and "not sure, score: 6"
+# gives a score: a clause break or the word "score" ends what a negation reaches.
+_NEGATED = re.compile(
+    r"\b(?:not|never|isn't|isnt|wasn't|can't|cannot|won't)\b"
+    r"(?:(?!score)[^\d.!?\n:,;]){0,16}?(?<![\d.])\d+(?:\.\d+)?",
+    re.I,
+)
+_GONE = "#"  # what a number that cannot be the answer becomes
+
 
 def strip_thinking(text: str) -> str:
     """The reply without its thinking."""
@@ -31,6 +57,14 @@ def strip_thinking(text: str) -> str:
     elif "<think>" in low:  # thinking never finished: there is no answer
         text = text[: low.index("<think>")]
     return text.strip()
+
+
+def without_non_answers(text: str) -> str:
+    """The text with rubric echoes, ranges and negated numbers taken out."""
+    text = _RUBRIC_LINE.sub(_GONE, text)
+    # "0 and 10" in "between 0 and 10" is a range, but "7 and 10/10" keeps its "10/10"
+    text = _RANGE.sub(_GONE, text)
+    return _NEGATED.sub(_GONE, text)
 
 
 def _as_score(raw: str) -> int | None:
@@ -48,6 +82,7 @@ def parse_score(reply: str) -> int | None:
     bare = text.strip(_DECORATION)
     if re.fullmatch(_NUMBER, bare):
         return _as_score(bare)
+    text = without_non_answers(text)
     for pattern in (_SCORE_PHRASE, _OUT_OF_TEN):
         found = pattern.findall(text)
         if found:

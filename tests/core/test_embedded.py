@@ -76,7 +76,7 @@ def test_no_backend_configured_means_the_bundled_model_answers(tmp_path):
         backend = get_json(d.url + "/backend")
         assert backend["model"] == "smollm2-135m-instruct"
         assert backend["endpoint"].startswith("http://127.0.0.1:")
-        assert backend["capabilities"]["tool_choice"] is True  # probed, on the real server
+        assert backend["capabilities"]["tool_choice"] is True, backend  # probed, on the real server
         out = d.output()
         assert "lmd backend: the embedded model smollm2-135m-instruct" in out
         assert "no backend is configured" in out

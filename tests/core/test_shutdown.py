@@ -44,10 +44,11 @@ def test_sigterm_finishes_in_flight_work_and_kills_the_command_group(home, backe
     d = live(env=plugin_env(site))
     pgid_file = tmp_path / "pgid"
     # The plain request's backend answers after 0.8 s; the stream sends 5 chunks 0.15 s apart.
+    # (dali streams from the backend either way; the plain client gets the joined reply)
     backend.handler = lambda body: (
-        Reply("streamed words arrive one by one ", chunk_delay=0.15)
-        if body.get("stream")
-        else Reply("slow but complete", delay=0.8)
+        Reply("slow but complete", delay=0.8)
+        if body["messages"][-1]["content"] == "take your time"
+        else Reply("streamed words arrive one by one ", chunk_delay=0.15)
     )
     results: dict = {}
     stream_out: dict = {}

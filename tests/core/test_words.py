@@ -1,5 +1,7 @@
 """Counts said with the right noun form (issue 14: "I stopped after 1 model turns")."""
 
+import time
+
 import httpx
 import openai
 import pytest
@@ -29,5 +31,5 @@ def test_plural(count, noun, said):
 def test_a_one_second_timeout_is_said_in_the_singular():
     llm = LLM("http://127.0.0.1:9/v1", "sk-test", 1.0, 0, "m")
     request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
-    error = llm.explain(openai.APITimeoutError(request=request))
-    assert error.message.startswith("The language model did not answer within 1 second;")
+    error = llm.explain(openai.APITimeoutError(request=request), time.monotonic() - 1.0)
+    assert error.message.startswith("The language model did not answer: I waited 1 second ")

@@ -30,7 +30,9 @@ def echo_handler(error_rate: float = 0.0, seed: int = 7):
         users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
         if not users:
             return Reply("no user message", status=400)
-        last = users[-1]["content"]
+        # the newest utterance: a turn cut by a crash left a user message before it, which
+        # the next turn's context merges with it (roles alternate)
+        last = users[-1]["content"].split("\n\n")[-1]
         with lock:
             fail = rng.random() < error_rate
         if fail:
@@ -209,7 +211,7 @@ def mixed_handler(error_rate: float = 0.04, seed: int = 11):
             if rng.random() < error_rate:
                 return Reply("scripted failure", status=500)
         users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
-        last = users[-1]["content"]
+        last = users[-1]["content"].split("\n\n")[-1]  # merged neighbours: the newest
         if last.startswith("Observation:"):
             return final(f"done {last.split()[-1]}")
         if body.get("stop"):  # marat asks with stop=["\nObservation:"]

@@ -120,8 +120,9 @@ def test_git_add_and_commit_asks_then_commits(marat, backend, projects):
     assert git(repo, "log", "-1", "--format=%s") == "Add example.rs with a hello world main"
     assert body["reply"].startswith("I committed example.rs.")
     assert "[main " in body["reply"] and "Add example.rs with a hello world main" in body["reply"]
+    # the user's "Yes." and the observation are neighbours of one role: sent as one message
     last = backend.chat_requests[-1]["messages"][-1]["content"]
-    assert last.startswith("Observation: exit code 0") and "1 file changed" in last
+    assert last.startswith("Yes.\n\nObservation: exit code 0") and "1 file changed" in last
     # Karma after the task spans both requests.
     kinds = [(r["role"], r["kind"], r["content"][:20]) for r in history(marat)]
     assert kinds == [
@@ -323,15 +324,15 @@ def test_a_running_tasks_instruction_outlives_its_own_observations(make_client, 
         expiring_created_at_discount=0,
         len_discount=0,
         expiring_id_discount=1,
-        max_tokens=1000,
+        max_tokens=2500,
         marat_approval="never",
     )
     backend.queue(action("seq 1000 1400"), action("seq 2000 2400"), final("Counted."))
     body = say(c, "marat count from a thousand, then from two thousand").json()
     assert body["reply"].startswith("Counted.")
     third = messages_text(backend.chat_requests[2])
-    # two ~500-token observations do not both fit in 1000 tokens: the older one goes, the
-    # instruction (distance 4, instructive) stays
+    # two observations of ~1,600 tokens (2,000 characters of digits, a token each) do not
+    # both fit in 2,500: the older one goes, the instruction (distance 4, instructive) stays
     assert "count from a thousand, then from two thousand" in third
     assert "2400" in third and "1400" not in third
     rows = history(c)

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from daemon.backends import tokens
 from plugins.selectit import scoring
 from plugins.selectit.datasets import parse_fields, read_dataset, to_sample
 from plugins.selectit.output import ScoresFile
@@ -279,9 +280,9 @@ def test_a_long_instruction_never_pushes_out_the_response(home, backend, tmp_pat
     assert sent.startswith(load_templates()[0] + "\nInstruction: word word")
     assert " [...] word " in sent  # the middle of the instruction is gone
     assert sent.endswith("\nResponse: ok\nThe answer is:")
-    assert len(sent.encode()) <= 64 * 4  # the daemon's offline count: 4 bytes a token
+    assert tokens.count(sent) <= 64  # the daemon's offline count (a safe estimate)
     (row,) = read_jsonl(out)
-    assert row["truncated"] is True and 300 < row["removed_tokens"][0] < 375
+    assert row["truncated"] is True and 300 < row["removed_tokens"][0] < 480
     assert row["score"] == 4.0 and "skipped" not in row
     assert "1 sample shortened in the middle to fit max_length 64 (" in r.stderr
 
