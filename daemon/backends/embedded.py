@@ -124,7 +124,15 @@ class EmbeddedServer:
         }
         if self.n_threads:
             model["n_threads"] = model["n_threads_batch"] = self.n_threads
-        return {"host": "127.0.0.1", "port": self.port, "api_key": self.key, "models": [model]}
+        return {
+            "host": "127.0.0.1",
+            "port": self.port,
+            "api_key": self.key,
+            # By default a new request cuts the stream being answered short (a bare [DONE],
+            # no finish_reason): concurrent turns would cut each other. Queue them instead.
+            "interrupt_requests": False,
+            "models": [model],
+        }
 
     def start(self, timeout: float = 60.0) -> EmbeddedServer:
         """Start the server and wait until it answers; LmdError with its last words if not."""

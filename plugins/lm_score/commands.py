@@ -51,7 +51,7 @@ def score(
         from .sql import open_scorer
 
         try:
-            scorer, store = open_scorer(home, cache=not no_cache, dotenv=_dotenv(no_dotenv))
+            scorer, store = open_scorer(home, dotenv=_dotenv(no_dotenv))
         except LmdError as e:
             _fail(e.message)
 
@@ -113,7 +113,7 @@ def sql(
     except sqlite3.Error as e:
         _fail(f"{database} is not an SQLite database I can open ({e}).")
     try:
-        scorer, store = open_scorer(home, cache=not no_cache, dotenv=_dotenv(no_dotenv))
+        scorer, store = open_scorer(home, dotenv=_dotenv(no_dotenv))
     except LmdError as e:
         _fail(e.message)
     handle = SqlScorer(scorer, cache=not no_cache)

@@ -119,6 +119,9 @@ class Scorer:
         self._sem: asyncio.Semaphore | None = None
         self._sem_loop: Any = None
         self._inflight: dict[str, asyncio.Future] = {}  # one backend round per prompt at once
+        # Whether the server continues an assistant prefill (the "prefill" way to suppress
+        # thinking): probed on first need; None until then.
+        self.prefill_ok: bool | None = None
 
     async def close(self) -> None:
         if self.owns_llm:
@@ -148,6 +151,7 @@ class Scorer:
                 # the one scoring it was cancelled (its client left): score it ourselves
         future = self._inflight[key] = loop.create_future()
         try:
+            await self._check_prefill()
             if self.config.method == "logprob":
                 result = await self._logprob_or_fallback(prompt)
             else:
@@ -229,13 +233,43 @@ class Scorer:
             self._sem, self._sem_loop = asyncio.Semaphore(size), loop
         return self._sem
 
+    def wants_prefill(self) -> bool:
+        cfg = self.config
+        return not cfg.thinking and cfg.thinking_strategy in ("prefill", "both")
+
+    async def _check_prefill(self) -> None:
+        """Ask the backend's capabilities once whether it honours the prefill; a server that
+        ignores it (llama-cpp-python) would answer the question afresh, thinking and all."""
+        if self.prefill_ok is not None or not self.wants_prefill():
+            return
+        caps = await self.llm.capabilities()
+        self.prefill_ok = bool(caps.prefill) or caps.source == "assumed"
+        if not self.prefill_ok:
+            log.info(
+                "The scoring server ignores the assistant prefill (continue_final_message); "
+                "thinking is suppressed by %s.",
+                "template kwargs only"
+                if self.config.thinking_strategy == "both"
+                else "nothing: set lm_score_thinking_strategy to template_kwargs",
+            )
+
+    @property
+    def prefill_note(self) -> str | None:
+        """What the result says when the prefill had to be left out."""
+        if self.prefill_ok is False:
+            return (
+                "no prefill: the server ignores continue_final_message, so the assistant "
+                "prefill that suppresses thinking was not sent"
+            )
+        return None
+
     def request(self, prompt: str) -> tuple[list[dict], dict]:
         """Messages and extra body fields: the spec's prefill and/or template kwargs."""
         messages: list[dict] = [{"role": "user", "content": prompt}]
         extra: dict = {}
         cfg = self.config
         if not cfg.thinking:
-            if cfg.thinking_strategy in ("prefill", "both"):
+            if cfg.thinking_strategy in ("prefill", "both") and self.prefill_ok is not False:
                 messages.append({"role": "assistant", "content": THINK_PREFILL})
                 extra["continue_final_message"] = True
                 extra["add_generation_prompt"] = False
@@ -287,10 +321,11 @@ class Scorer:
             said = raw[-1] if raw else ""
             raise NoScore(
                 f"The model did not answer with a score from 0 to 10 (it said: {_quote(said)}); "
-                "rephrase the question or try another model.",
+                + self._what_to_do(),
                 detail={"raw": raw},
             )
         return ScoreResult(
+            fallback=self.prefill_note,
             score=aggregate(counted, cfg.aggregation) if size > 1 else counted[0],
             scores=counted,
             members=len(counted),
@@ -331,6 +366,15 @@ class Scorer:
             return _read(response.choices[0])
 
         return list(await asyncio.gather(*(one() for _ in range(count))))
+
+    def _what_to_do(self) -> str:
+        if self.prefill_ok is False and self.config.thinking_strategy == "prefill":
+            return (
+                "the server ignores the assistant prefill that stops thinking (it does not "
+                "honour continue_final_message): set lm_score_thinking_strategy to "
+                "template_kwargs, or lm_score_thinking to true."
+            )
+        return "rephrase the question or try another model."
 
     # -- the logprob method ------------------------------------------------------------
     async def _logprob_or_fallback(self, prompt: str) -> ScoreResult:
@@ -379,9 +423,12 @@ class Scorer:
                     expected=round(found.expected, 4),
                     distribution={str(k): round(v, 6) for k, v in found.distribution.items()},
                 )
+        what = self._what_to_do()
+        if what.startswith("rephrase"):
+            what = "rephrase the question or use the text method."
         raise NoScore(
             f"The model did not start its answer with a score from 0 to 10 (it said: "
-            f"{_quote(raw[-1])}); rephrase the question or use the text method.",
+            f"{_quote(raw[-1])}); " + what,
             detail={"raw": raw},
         )
 

@@ -182,12 +182,12 @@ def _short(args: Sequence[Any]) -> str:
     return text if len(text) <= 80 else text[:77] + "...)"
 
 
-def open_scorer(
-    home: Any = None, *, cache: bool = True, dotenv: Path | None = None
-) -> tuple[Any, Any]:
+def open_scorer(home: Any = None, *, dotenv: Path | None = None) -> tuple[Any, Any]:
     """An in-process Scorer configured from the daemon's settings, with its cache; and the
-    store to close afterwards. With `dotenv` (the CLI's ./.env), the original project's keys
-    in that file apply, and one line on stderr says what each did."""
+    store to close afterwards. Whether a call looks a score up is the call's own `cache`:
+    --no-cache asks the model and stores the fresh score, as the docs say. With `dotenv`
+    (the CLI's ./.env), the original project's keys in that file apply, and one line on
+    stderr says what each did."""
     import sys
 
     from daemon.api import open_daemon_state
@@ -205,7 +205,7 @@ def open_scorer(
         raise
     for note in notes:
         print(f"lmd: {note}", file=sys.stderr)
-    scorer = Scorer(config, cache=ScoreCache(store.db, store.lock) if cache else None)
+    scorer = Scorer(config, cache=ScoreCache(store.db, store.lock))
     return scorer, store
 
 
@@ -220,7 +220,7 @@ def register_lm_score(
     """
     store = None
     if scorer is None:
-        scorer, store = open_scorer(home, cache=cache)
+        scorer, store = open_scorer(home)
     handle = SqlScorer(scorer, cache=cache)
     handle.store = store
     handle.attach(conn)
