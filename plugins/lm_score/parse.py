@@ -67,6 +67,19 @@ def without_non_answers(text: str) -> str:
     return _NEGATED.sub(_GONE, text)
 
 
+def _from_json(text: str) -> int | None:
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    value = data.get("score") if isinstance(data, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return _as_score(str(value))
+
+
 def _as_score(raw: str) -> int | None:
     value = float(raw)
     if not 0 <= value <= 10:
@@ -82,6 +95,8 @@ def parse_score(reply: str) -> int | None:
     bare = text.strip(_DECORATION)
     if re.fullmatch(_NUMBER, bare):
         return _as_score(bare)
+    if text.startswith("{"):  # an answer constrained by a JSON schema: {"score": 7}
+        return _from_json(text)
     text = without_non_answers(text)
     for pattern in (_SCORE_PHRASE, _OUT_OF_TEN):
         found = pattern.findall(text)
