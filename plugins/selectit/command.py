@@ -226,7 +226,8 @@ def run(**o: Any) -> int:
     todo = [s for s in samples if s.key not in scores.done]
     progress = sys.stderr.isatty() if o["progress"] is None else o["progress"]
     started = time.monotonic()
-    stats = {"scored": 0, "bounded": 0, "unrated": 0, "truncated": 0, "removed": 0, "skipped": 0}
+    stats = {"scored": 0, "measured": 0, "bounded": 0, "partly unrated": 0, "unrated": 0,
+             "default": 0, "truncated": 0, "removed": 0, "skipped": 0}  # fmt: skip
     failed: list = []  # (sample, why): --engine ray reports a sample it could not rate
     import asyncio  # here, not at the top: `lmd --help` imports this module
 
@@ -258,6 +259,13 @@ def run(**o: Any) -> int:
     elapsed = time.monotonic() - started
     for line in summary(cfg, stats, len(samples), before, missing, elapsed, output, part):
         click.echo(line, err=True)
+    if stats["unrated"] and stats["unrated"] == stats["scored"] - stats["default"]:
+        raise LmdError(
+            f"The model rated none of the {plural(stats['unrated'], 'sample')} (first reason: "
+            f"{stats['unrated_why']}); {output} lists them without a score. Check that the "
+            "model answers with a digit 1-5 (try --api completions with a base model, or "
+            "other rating prompts)."
+        )
     if failed:
         sample, why = failed[0]
         if len({w for _, w in failed}) == 1 and len(failed) == sum(s.valid for s in todo):
@@ -314,8 +322,12 @@ async def score_into(
 def count(stats: dict, result: Any) -> None:
     """A written result in the run's summary counts."""
     stats["scored"] += 1
-    stats["bounded"] += sum(r.absent for r in result.ratings)
-    stats["unrated"] += sum(r.absent == len(r.probs) for r in result.ratings)
+    stats[result.quality] = stats.get(result.quality, 0) + 1
+    stats["bounded_ratings"] = stats.get("bounded_ratings", 0) + sum(
+        r.absent for r in result.ratings if not r.unrated
+    )
+    if result.unrated:
+        stats.setdefault("unrated_why", result.unrated[0])
     stats["truncated"] += result.truncated
     stats["removed"] += sum(result.removed)
     stats["skipped"] += result.skipped is not None
@@ -385,7 +397,10 @@ def select_best(dataset: Any, done: dict, fraction: float, path: Path) -> int:
     ranked = [
         (done[s.key]["score"], i, s)
         for i, s in enumerate(dataset.samples)
-        if s.valid and s.key in done and "skipped" not in done[s.key]
+        if s.valid
+        and s.key in done
+        and "skipped" not in done[s.key]
+        and done[s.key]["score"] is not None  # an unrated sample is not among the best
     ]
     ranked.sort(key=lambda t: (-t[0], t[1]))
     keep = max(1, math.floor(fraction * len(ranked))) if ranked else 0

@@ -28,7 +28,7 @@ class Rater(Protocol):
 @dataclass
 class Result:
     id: Any
-    score: float
+    score: float | None  # None: the model rated none of the sample's prompts
     valid: bool = True
     ratings: list[Rating] = field(default_factory=list)
     removed: list[int] = field(default_factory=list)  # sample tokens cut, per rating prompt
@@ -38,10 +38,29 @@ class Result:
     def truncated(self) -> bool:
         return any(self.removed)
 
+    @property
+    def unrated(self) -> list[str]:
+        """Why each prompt the model would not rate got no rating."""
+        return [r.unrated for r in self.ratings if r.unrated]
+
+    @property
+    def quality(self) -> str:
+        """measured (every rating read), bounded (some bounded), unrated (no rating at all),
+        partly unrated, or default (3.0 by the spec's rule: missing fields or too long)."""
+        if not self.valid or self.skipped:
+            return "default"
+        if self.score is None:
+            return "unrated"
+        if self.unrated:
+            return "partly unrated"
+        return "bounded" if any(r.absent for r in self.ratings) else "measured"
+
     def to_json(self, details: bool = False) -> dict:
         out: dict[str, Any] = {"id": self.id, "score": self.score}
         if self.skipped:
             out["skipped"] = self.skipped  # always: a 3.0 that is no rating must say so
+        if self.unrated:  # always: a missing or partial score must say why
+            out["unrated"] = self.unrated
         if details:
             out["token_scores"] = [r.score for r in self.ratings]
             out["distributions"] = [list(r.probs) for r in self.ratings]
@@ -79,8 +98,11 @@ def combine(sample: Sample, ratings: list[Rating], alpha: float, prompts: list[P
 
 
 def rated(sample: Sample, ratings: list[Rating], alpha: float, removed: list[int]) -> Result:
-    """The Result of a rated sample; `removed`: sample tokens cut from each prompt."""
-    score = final_score([r.score for r in ratings], alpha)
+    """The Result of a rated sample; `removed`: sample tokens cut from each prompt. Prompts
+    the model would not rate count for nothing: the score comes from the others, or there is
+    none (never the neutral 3.0 passed off as a rating)."""
+    counted = [r.score for r in ratings if not r.unrated]
+    score = final_score(counted, alpha) if counted else None
     return Result(sample.id, score, True, ratings, removed)
 
 

@@ -13,9 +13,11 @@ from typing import Any
 from daemon.api import BackendError
 
 from .prompts import Prompt
-from .scoring import Rating, rating_from_logprobs
+from .scoring import Rating, rating_from_logprobs, unrated
 
 FALLBACK_TOP_LOGPROBS = 5  # what OpenAI's completions endpoint allows at most
+LOOK_AHEAD = 3  # tokens asked for: the rating may follow a space or a newline
+_SPACE_MARKS = "\u2581\u0120\u010a"  # ▁ Ġ Ċ: tokenizers' marks for a space or newline
 
 
 class OpenAIRater:
@@ -57,7 +59,10 @@ class OpenAIRater:
                         raise
                     # The server caps top logprobs (OpenAI completions: 5); ask for fewer.
                     self.top_logprobs = min(self.top_logprobs, FALLBACK_TOP_LOGPROBS)
-        return rating_from_logprobs(self._top_tokens(response))
+        top = self._top_tokens(response)
+        if isinstance(top, str):
+            return unrated(top)
+        return rating_from_logprobs(top)
 
     async def rate_samples(
         self, prompt_lists: Sequence[Sequence[Prompt]]
@@ -92,57 +97,72 @@ class OpenAIRater:
                 await asyncio.gather(*pending, return_exceptions=True)
 
     async def _request(self, text: str, top: int) -> Any:
+        # Three tokens, not one: a model may open with a bare space or a newline (SmolLM2
+        # does, on the completions API) and rate at the next position.
         if self.api == "chat":
             return await self.llm.complete(
                 [{"role": "user", "content": text}],
                 model=self.model,
-                max_tokens=1,
+                max_tokens=LOOK_AHEAD,
                 temperature=0,
                 logprobs=True,
                 top_logprobs=top,
             )
         return await self.llm.completion(
-            text, model=self.model, max_tokens=1, temperature=0, logprobs=top
+            text, model=self.model, max_tokens=LOOK_AHEAD, temperature=0, logprobs=top
         )
 
     def _refused_logprobs(self, e: BackendError, asked: int) -> bool:
         said = f"{e.message} {e.detail or ''}".lower()
         return asked > FALLBACK_TOP_LOGPROBS and "http 400" in said and "logprob" in said
 
-    def _top_tokens(self, response: Any) -> list[tuple[str, float]]:
-        """[(token, logprob)] of the first generated position, the chosen token included.
+    def _top_tokens(self, response: Any) -> list[tuple[str, float]] | str:
+        """[(token, logprob)] of the first generated position that is not whitespace alone,
+        the chosen token included; or why the model gave no rating at all.
 
-        Reads the chat shape (`content[0].top_logprobs`) and the legacy completions shape
-        (`top_logprobs[0]` a dict) on either endpoint: llama.cpp's server answers completions
+        Reads the chat shape (`content[i].top_logprobs`) and the legacy completions shape
+        (`top_logprobs[i]` a dict) on either endpoint: llama.cpp's server answers completions
         in the chat shape.
         """
         choice = response.choices[0] if getattr(response, "choices", None) else None
         logprobs = _get(choice, "logprobs") if choice is not None else None
-        pairs: list[tuple[str, float]] = []
+        positions: list[tuple[tuple[str, float] | None, list[tuple[str, float]]]] = []
         content = _get(logprobs, "content")
         if content:
-            first = content[0]
-            pairs = [
-                (_get(t, "token"), _get(t, "logprob")) for t in _get(first, "top_logprobs") or []
-            ]
-            chosen = [(_get(first, "token"), _get(first, "logprob"))]
+            for at in content:
+                alts = [
+                    (_get(t, "token"), _get(t, "logprob")) for t in _get(at, "top_logprobs") or []
+                ]
+                positions.append(((_get(at, "token"), _get(at, "logprob")), alts))
         else:
             tops = _get(logprobs, "top_logprobs") or []
-            if tops and isinstance(tops[0], dict):
-                pairs = list(tops[0].items())
             tokens, lps = _get(logprobs, "tokens") or [], _get(logprobs, "token_logprobs") or []
-            chosen = [(tokens[0], lps[0])] if tokens and lps else []
-        listed = {t for t, _ in pairs}
-        pairs += [(t, lp) for t, lp in chosen if t not in listed and isinstance(t, str)]
-        pairs = [(t, lp) for t, lp in pairs if isinstance(t, str) and isinstance(lp, int | float)]
-        if not pairs:
+            for i, alts in enumerate(tops):
+                chosen = (tokens[i], lps[i]) if i < len(tokens) and i < len(lps) else None
+                positions.append((chosen, list(alts.items()) if isinstance(alts, dict) else []))
+        if not positions:
+            said = self._reply_text(choice)
+            if choice is not None and not said.strip():
+                # The model ended at once (end of sequence first): nothing to read, and
+                # nothing wrong with the server. A rating it would not give.
+                return "the model ended its answer at once, without a word (end of sequence)"
             raise BackendError(
                 f"The server at {self.llm.url} answered without logprobs (model {self.model}, "
-                f"its reply: {self._reply_text(choice)!r}); SelectIT needs a server that returns "
+                f"its reply: {said!r}); SelectIT needs a server that returns "
                 "logprobs, such as vLLM, SGLang or the llama.cpp server.",
-                detail={"reply": self._reply_text(choice)},
+                detail={"reply": said},
             )
-        return pairs
+        found = next(
+            (at for at in positions if at[0] is not None and isinstance(at[0][0], str)
+             and not _blank(at[0][0])),
+            None,
+        )  # fmt: skip
+        if found is None:
+            return "the model answered with whitespace only"
+        chosen, alts = found
+        listed = {t for t, _ in alts}
+        pairs = alts + [chosen] if chosen and chosen[0] not in listed else alts
+        return [(t, lp) for t, lp in pairs if isinstance(t, str) and isinstance(lp, int | float)]
 
     def _reply_text(self, choice: Any) -> str:
         if choice is None:
@@ -203,6 +223,11 @@ def _whole_words(piece: str, text: str, head: bool) -> str:
     if not near:
         return piece
     return piece[:space] if head else piece[space + 1 :]
+
+
+def _blank(token: str) -> bool:
+    """A token of whitespace only, written plainly or with a tokenizer's space marks."""
+    return not token.strip().strip(_SPACE_MARKS).strip()
 
 
 def _get(obj: Any, name: str) -> Any:

@@ -209,19 +209,19 @@ def summary(
             f"; {plural(stats['skipped'], 'sample')} could not fit max_length "
             f"{cfg.max_length} even shortened, skipped and scored 3.0"
         )
-    if stats["bounded"]:
-        were = "was" if stats["bounded"] == 1 else "were"
+    rated = stats.get("measured", 0) + stats.get("bounded", 0) + stats.get("partly unrated", 0)
+    if rated or stats.get("unrated"):
         line += (
-            f"; {plural(stats['bounded'], 'rating')} {were} absent from the top logprobs "
-            "and bounded"
+            f"; of the scores {stats.get('measured', 0)} measured, {stats.get('bounded', 0)} "
+            f"bounded (a rating absent from the top logprobs got an upper bound), "
+            f"{stats.get('partly unrated', 0)} from fewer prompts (the model rated only some) "
+            f"and {stats.get('unrated', 0)} unrated (no score)"
         )
     lines = [line + f". Scores: {output}"]
-    if stats["unrated"]:
-        had = plural(stats["unrated"], "prompt")
+    if stats.get("unrated") or stats.get("partly unrated"):
         lines.append(
-            f"selectit: warning: {had} had no rating 1-5 among the top logprobs, so "
-            f"{'it counts' if stats['unrated'] == 1 else 'they count'} as 3.0; check that the "
-            "model answers with a digit (try --api completions with a base model, or other "
-            "rating prompts)."
+            f"selectit: warning: the model gave no rating for some prompts (first: "
+            f"{stats.get('unrated_why')}); such samples have no score or one from fewer "
+            "prompts, and say why in the scores file."
         )
     return lines

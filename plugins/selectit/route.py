@@ -100,16 +100,26 @@ async def selectit_route(request: Any) -> Any:
                 rater = daemon.state[key] = await asyncio.to_thread(make_transformers_rater, cfg)
         else:
             rater = make_openai_rater(cfg, settings, daemon.llm(settings))
-    by_key = {}
+    by_key, quality = {}, {}
     async for result in score_samples(samples, templates, cfg.alpha, rater):
         by_key[id_key(result.id)] = result.to_json(bool(details))
+        quality[id_key(result.id)] = result.quality
     results = [by_key[s.key] for s in samples]
     if single:
-        return JSONResponse(results[0])
+        return JSONResponse({**results[0], "quality": quality[samples[0].key]})
     missing = sum(not s.valid for s in samples)
     skipped = sum("skipped" in r for r in results)
+    # how each score came about: never a silent neutral 3.0
+    kinds = ("measured", "bounded", "partly unrated", "unrated")
+    counts = {k.replace(" ", "_"): sum(q == k for q in quality.values()) for k in kinds}
     return JSONResponse(
-        {"results": results, "count": len(results), "missing": missing, "skipped": skipped}
+        {
+            "results": results,
+            "count": len(results),
+            "missing": missing,
+            "skipped": skipped,
+            **counts,
+        }
     )
 
 
@@ -119,8 +129,17 @@ _RESULT = {
     "type": "object",
     "properties": {
         "id": {},
-        "score": {"type": "number"},
+        "score": {"type": ["number", "null"], "description": "null: the model rated nothing."},
         "skipped": {"type": "string", "description": "Why the sample got 3.0 unrated."},
+        "unrated": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Why each prompt the model would not rate has no rating.",
+        },
+        "quality": {
+            "type": "string",
+            "description": "measured, bounded, partly unrated, unrated or default (one record).",
+        },
     },
     "required": ["id", "score"],
 }
@@ -158,6 +177,10 @@ selectit_route.openapi = {
                                         "count": {"type": "integer"},
                                         "missing": {"type": "integer"},
                                         "skipped": {"type": "integer"},
+                                        "measured": {"type": "integer"},
+                                        "bounded": {"type": "integer"},
+                                        "partly_unrated": {"type": "integer"},
+                                        "unrated": {"type": "integer"},
                                     },
                                     "required": ["results", "count", "missing"],
                                 },

@@ -29,10 +29,16 @@ class Rating:
 
     probs: tuple[float, float, float, float, float]
     absent: int = 0
+    unrated: str | None = None  # why this prompt has no rating at all (its probs mean nothing)
 
     @property
     def score(self) -> float:
         return token_score(self.probs)
+
+
+def unrated(why: str) -> Rating:
+    """A prompt the model would not rate: kept with its reason, never counted as a score."""
+    return Rating((0.2, 0.2, 0.2, 0.2, 0.2), len(RATINGS), why)
 
 
 def renormalise(probs: Sequence[float]) -> tuple[float, ...]:
@@ -96,6 +102,12 @@ def rating_from_logprobs(top: Iterable[tuple[str, float]]) -> Rating:
             mass[r - 1] += p
             seen[r - 1] = True
     absent = seen.count(False)
+    if absent == len(RATINGS):
+        shown = ", ".join(repr(t) for t, _ in list(top)[:3]) if isinstance(top, list) else ""
+        return unrated(
+            "no rating 1-5 among the top logprobs"
+            + (f" (the likeliest tokens: {shown})" if shown else "")
+        )
     if absent:
         unlisted = max(0.0, 1.0 - math.fsum(listed))
         bound = min(min(listed, default=1.0), unlisted / absent)

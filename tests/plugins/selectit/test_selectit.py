@@ -166,7 +166,7 @@ def test_exact_scores_k1_and_the_request_bodies(home, backend, tmp_path):
         f"{first_template}\nInstruction: Do task 1.\nResponse: Answer 1 done.\nThe answer is:"
     )
     for b in bodies:
-        assert b["max_tokens"] == 1 and b["logprobs"] == 20 and b["temperature"] == 0
+        assert b["max_tokens"] == 3 and b["logprobs"] == 20 and b["temperature"] == 0
         assert b["model"] == "fake-model"
     assert "3 samples, 3 scored now" in r.stderr and "0 missing" in r.stderr
 
@@ -219,7 +219,7 @@ def test_chat_api_request_and_missing_fields_score_three(home, backend, tmp_path
             + "\nInstruction: Say hi.\nResponse: Hi.\nThe answer is:",
         }
     ]
-    assert body["logprobs"] is True and body["top_logprobs"] == 20 and body["max_tokens"] == 1
+    assert body["logprobs"] is True and body["top_logprobs"] == 20 and body["max_tokens"] == 3
     assert body["model"] == "judge-1"
 
 
@@ -325,7 +325,8 @@ def test_absent_ratings_are_bounded_and_counted(home, backend, tmp_path):
     out = tmp_path / "s.jsonl"
     r = run_cli(home, data, "-o", out)
     assert read_jsonl(out)[0]["score"] == pytest.approx(4.3 / 0.95, abs=1e-12)
-    assert "3 ratings were absent from the top logprobs and bounded" in r.stderr
+    assert "of the scores 0 measured, 1 bounded" in r.stderr
+    assert "0 unrated (no score)" in r.stderr
 
 
 def test_llama_cpp_shaped_completions_and_unrated_prompts(home, backend, tmp_path):
@@ -344,8 +345,14 @@ def test_llama_cpp_shaped_completions_and_unrated_prompts(home, backend, tmp_pat
     out = tmp_path / "s.jsonl"
     r = run_cli(home, data, "-o", out, "--concurrency", 1)
     assert r.exit_code == 0, r.stderr
-    assert [row["score"] for row in read_jsonl(out)] == [2.5, 3.0]
-    assert "warning: 1 prompt had no rating 1-5 among the top logprobs" in r.stderr
+    rows = read_jsonl(out)
+    # no silent 3.0: a sample the model did not rate has no score, and says why
+    assert [row["score"] for row in rows] == [2.5, None]
+    assert rows[1]["unrated"] == [
+        "no rating 1-5 among the top logprobs (the likeliest tokens: 'The', 'A')"
+    ]
+    assert "0 measured, 1 bounded" in r.stderr and "and 1 unrated (no score)" in r.stderr
+    assert "warning: the model gave no rating for some prompts" in r.stderr
 
 
 def test_server_without_logprobs_is_a_clear_error(home, backend, tmp_path):
@@ -766,11 +773,15 @@ def test_route_gives_the_cli_numbers(home, backend, client, tmp_path):
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["results"] == cli_rows and body["count"] == 5 and body["missing"] == 1
+    # how the scores came about, as the CLI's summary says it
+    assert (body["measured"] + body["bounded"], body["unrated"]) == (4, 0)
     assert len(backend.requests) == 4 * 3
-    assert all(q.body["max_tokens"] == 1 for q in backend.requests)
+    assert all(q.body["max_tokens"] == 3 for q in backend.requests)
     # one bare record; a bare list
     r = client.post("/selectit", json=alpaca(1, 2)[0])
-    assert r.json() == {"id": 1, "score": pytest.approx(expected_task_score(2), abs=1e-12)}
+    one = r.json()
+    assert one["score"] == pytest.approx(expected_task_score(2), abs=1e-12)
+    assert one["id"] == 1 and one["quality"] in ("measured", "bounded")
     r = client.post("/selectit", json=alpaca(2))
     assert [x["score"] for x in r.json()["results"]] == [
         expected_task_score(1),
