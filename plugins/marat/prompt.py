@@ -27,6 +27,12 @@ BOTH = (
 )
 SUDO = "Format help: never use sudo. Find a way without it, or say so in a Final Thought."
 EMPTY = "Format help: your ```bash block was empty. Put one command in it."
+OTHER_LANGUAGE = (
+    "Format help: your code block was {lang}, not bash; I only run bash. Give one ```bash "
+    "block (python3 -c '...' runs Python), or a Final Thought."
+)
+# Fences whose body is a shell command; anything else (```python, ```json) is not run.
+SHELL_FENCES = {"", "bash", "sh", "shell", "console", "zsh"}
 
 
 def system_prompt(system: str, cwd: str) -> str:
@@ -44,7 +50,8 @@ class Step:
 
 
 def parse_reply(text: str) -> Step:
-    blocks = [body for _lang, body in _FENCE.findall(text)]
+    fenced = _FENCE.findall(text)
+    blocks = [body for _lang, body in fenced]
     final = _FINAL.search(text)
     if final and not blocks:
         return Step(final=speakable(final.group(1)))
@@ -54,6 +61,9 @@ def parse_reply(text: str) -> Step:
         return Step(correction=NO_BLOCK)
     if len(blocks) > 1:
         return Step(correction=MANY_BLOCKS.format(n=len(blocks)))
+    lang = fenced[0][0].lower()
+    if lang not in SHELL_FENCES:
+        return Step(correction=OTHER_LANGUAGE.format(lang=lang))
     lines = [ln[2:] if ln.startswith("$ ") else ln for ln in blocks[0].strip().splitlines()]
     command = "\n".join(lines).strip()
     if not command:

@@ -423,3 +423,33 @@ def test_remember_to_do_something_is_a_task_not_a_promotion(marat, backend):
     assert "promoted" not in body and body["reply"] == "I cannot set reminders."
     assert backend.chat_requests[0]["messages"][-1]["content"] == "remember to water the plants"
     assert say(marat, "marat remember").json()["promoted"]  # bare: promotes the last answer
+
+
+@pytest.mark.parametrize(
+    ("reply", "command"),
+    [
+        ("Thought: list.\n```bash\nls -a\n```", "ls -a"),
+        ("Thought: list.\n```sh\nls -a\n```", "ls -a"),
+        ("Thought: list.\n```\nls -a\n```", "ls -a"),
+        ("Thought: run it.\n```python\nimport os; os.remove('x')\n```", None),
+        ('Thought: data.\n```json\n{"a": 1}\n```', None),
+    ],
+)
+def test_only_shell_fences_are_commands(reply, command):
+    from plugins.marat.prompt import parse_reply
+
+    step = parse_reply(reply)
+    assert step.command == command
+    if command is None:
+        assert "not bash; I only run bash" in step.correction
+
+
+def test_a_python_block_is_corrected_not_run(marat, backend, tmp_path):
+    marker = tmp_path / "ran"
+    backend.queue(
+        f"Thought: write it.\n```python\nopen('{marker}', 'w').write('x')\n```",
+        final("Done."),
+    )
+    body = say(marat, "marat make a marker").json()
+    assert body["reply"].startswith("Done.") and not marker.exists()
+    assert "your code block was python" in backend.chat_requests[1]["messages"][-1]["content"]
