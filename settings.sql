@@ -151,6 +151,8 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_max_tokens', '0')
 INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_max_prompt_tokens', '16000');
 -- Keep scores in the daemon's database. Allowed: true or false (also yes/no, t/f, on/off).
 INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_cache', 'true');
+-- Where the backend can hold output to a JSON schema, ask for {"score": 0..10} so (the prompt stays the spec's); false asks in words only. Allowed: true or false (also yes/no, t/f, on/off).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_constrain', 'true');
 
 -- == selectit ==
 -- Where SelectIT gets rating probabilities: an OpenAI-compatible server or a local model. Allowed: one of openai, transformers.

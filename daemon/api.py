@@ -100,6 +100,7 @@ _GROUPS: dict[str, dict[str, str]] = {
         "NO_KEY": "daemon.backends.llm",
         "tokens": "daemon.backends.tokens",
         "Capabilities": "daemon.backends.capabilities",
+        "stored_cache": "daemon.backends.capabilities",
         "choose_backend": "daemon.backends.choice",
     },
     # Sentences and splitting work into parts.
@@ -183,6 +184,7 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "NO_KEY",
     "tokens",
     "Capabilities",
+    "stored_cache",
     "choose_backend",
     "plural",
     "Shard",
@@ -225,7 +227,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.backends import tokens
-    from daemon.backends.capabilities import Capabilities
+    from daemon.backends.capabilities import Capabilities, stored_cache
     from daemon.backends.choice import choose_backend
     from daemon.backends.llm import LLM, NO_KEY, api_key, base_url, endpoint_from, shown_url
     from daemon.cli import add_history_listing, fail, home_option, open_daemon_state

@@ -408,3 +408,9 @@ def shared_cache() -> CapabilityCache:
     if _SHARED is None:
         _SHARED = CapabilityCache()
     return _SHARED
+
+
+def stored_cache(store: Any) -> CapabilityCache:
+    """A cache kept in a daemon store's database (for clients made outside the daemon: the
+    CLI's `lmd score` and `lmd sql` probe a backend once, not on every run)."""
+    return CapabilityCache(store.capabilities, store.save_capabilities)

@@ -90,6 +90,13 @@ SETTINGS = [
         min=16,
     ),
     Setting("lm_score_cache", True, "bool", "Keep scores in the daemon's database."),
+    Setting(
+        "lm_score_constrain",
+        True,
+        "bool",
+        'Where the backend can hold output to a JSON schema, ask for {"score": 0..10} so (the '
+        "prompt stays the spec's); false asks in words only.",
+    ),
 ]
 
 # The original project's .env keys and the settings they stand for (API_TOKEN has none: it is
@@ -125,6 +132,7 @@ class ScoreConfig:
     max_tokens: int = 0
     max_prompt_tokens: int = 16000
     cache: bool = True
+    constrain: bool = True  # a JSON schema where the backend has one
     timeout: float = 60.0
     retries: int = 2
     # Where the endpoint came from, named in errors so the user fixes the right knob:
@@ -133,7 +141,7 @@ class ScoreConfig:
 
     def fingerprint(self) -> dict:
         """What changes an answer (the cache key), without secrets or speed knobs."""
-        keys = {"endpoint", "model", "method", "thinking", "max_tokens"}
+        keys = {"endpoint", "model", "method", "thinking", "max_tokens", "constrain"}
         if self.method == "logprob":
             keys |= {"top_logprobs"}
         else:
@@ -234,6 +242,7 @@ def resolve(
         max_tokens=values["lm_score_max_tokens"],
         max_prompt_tokens=values["lm_score_max_prompt_tokens"],
         cache=values["lm_score_cache"],
+        constrain=values["lm_score_constrain"],
         timeout=settings["llm_timeout_secs"],
         retries=settings["llm_max_retries"],
     )

@@ -20,6 +20,15 @@ from .prompt import THINK_PREFILL, prompt_for
 
 log = logging.getLogger("lmd.lm_score")
 
+# The answer's shape where the server constrains output: an integer from 0 to 10 (an enum:
+# the form every server's schema support knows), in an object (OpenAI wants one at the top).
+SCORE_SCHEMA = {
+    "type": "object",
+    "properties": {"score": {"type": "integer", "enum": list(range(11))}},
+    "required": ["score"],
+    "additionalProperties": False,
+}
+
 
 class NoScore(LmdError):
     """The model answered, but not with a score from 0 to 10."""
@@ -122,6 +131,10 @@ class Scorer:
         # Whether the server continues an assistant prefill (the "prefill" way to suppress
         # thinking): probed on first need; None until then.
         self.prefill_ok: bool | None = None
+        # The `response_format` that holds the answer to {"score": 0..10} where the server can
+        # constrain output to a JSON schema (the prompt stays the spec's, word for word).
+        self.score_format: dict | None = None
+        self._probed = False
 
     async def close(self) -> None:
         if self.owns_llm:
@@ -151,7 +164,7 @@ class Scorer:
                 # the one scoring it was cancelled (its client left): score it ourselves
         future = self._inflight[key] = loop.create_future()
         try:
-            await self._check_prefill()
+            await self._check_backend()
             if self.config.method == "logprob":
                 result = await self._logprob_or_fallback(prompt)
             else:
@@ -237,12 +250,19 @@ class Scorer:
         cfg = self.config
         return not cfg.thinking and cfg.thinking_strategy in ("prefill", "both")
 
-    async def _check_prefill(self) -> None:
-        """Ask the backend's capabilities once whether it honours the prefill; a server that
-        ignores it (llama-cpp-python) would answer the question afresh, thinking and all."""
-        if self.prefill_ok is not None or not self.wants_prefill():
+    async def _check_backend(self) -> None:
+        """Ask the backend's capabilities once: whether it can constrain the answer to a JSON
+        schema (then the score comes back as {"score": N}), and whether it honours the
+        prefill (a server that ignores it, as llama-cpp-python does, would answer the
+        question afresh, thinking and all)."""
+        if self._probed:
             return
+        self._probed = True
         caps = await self.llm.capabilities()
+        if self.config.constrain:
+            self.score_format = caps.response_format("lm_score", SCORE_SCHEMA)
+        if not self.wants_prefill():
+            return
         self.prefill_ok = bool(caps.prefill) or caps.source == "assumed"
         if not self.prefill_ok:
             log.info(
@@ -291,11 +311,26 @@ class Scorer:
             # Few tokens: the score, maybe a split "1","0", maybe a leading space.
             kwargs.update(logprobs=True, top_logprobs=cfg.top_logprobs)
             kwargs["max_tokens"] = cfg.max_tokens or 4
+        if self.score_format is not None:
+            # {"score": 10} is some eight tokens; the logprob method reads the digit's place
+            kwargs["response_format"] = self.score_format
+            kwargs["max_tokens"] = max(kwargs.get("max_tokens") or 0, 16)
         if extra:
             kwargs["extra_body"] = extra
         async with self.semaphore():
             self.calls += 1
-            return await self.llm.complete(messages, **kwargs)
+            try:
+                return await self.llm.complete(messages, **kwargs)
+            except BackendError as e:
+                status = getattr(e.__cause__, "status_code", None)
+                if "response_format" not in kwargs or status not in (400, 422):
+                    raise
+                # The probe said yes, the server says no: ask in words from now on.
+                log.info("The scoring server refused the JSON schema; asking in words.")
+                self.score_format = None
+                kwargs.pop("response_format")
+                self.calls += 1
+                return await self.llm.complete(messages, **kwargs)
 
     # -- the text method ---------------------------------------------------------------
     async def _text(self, prompt: str) -> ScoreResult:

@@ -190,7 +190,7 @@ def open_scorer(home: Any = None, *, dotenv: Path | None = None) -> tuple[Any, A
     stderr says what each did."""
     import sys
 
-    from daemon.api import open_daemon_state
+    from daemon.api import open_daemon_state, stored_cache
 
     from .cache import ScoreCache
     from .config import read_dotenv, resolve
@@ -206,6 +206,7 @@ def open_scorer(home: Any = None, *, dotenv: Path | None = None) -> tuple[Any, A
     for note in notes:
         print(f"lmd: {note}", file=sys.stderr)
     scorer = Scorer(config, cache=ScoreCache(store.db, store.lock))
+    scorer.llm.capability_cache = stored_cache(store)  # probed once, kept with the daemon's
     return scorer, store
 
 

@@ -129,3 +129,52 @@ def test_a_server_that_honours_the_prefill_gets_it(backend):
     run_score(backend, ["an email", "Is it spam?"], thinking=False, thinking_strategy="prefill")
     sent = backend.chat_requests[-1]
     assert sent["messages"][-1]["role"] == "assistant" and sent["continue_final_message"]
+
+
+def test_a_server_with_schemas_is_asked_for_the_score_under_one(backend):
+    from plugins.lm_score.scorer import SCORE_SCHEMA
+
+    from .conftest import GOLDEN_INVOICE_PROMPT
+
+    backend.capabilities.update(json_schema=True, schema_format="json_object")
+    backend.queue('{"score": 9}')
+    parts = ["Weekly invoice 12/12/2022", "$14,000", "Is my invoice greater than $5,000?"]
+    result, _ = run_score(backend, parts)
+    assert result.score == 9 and result.raw == ['{"score": 9}']
+    sent = backend.chat_requests[-1]
+    assert sent["response_format"] == {"type": "json_object", "schema": SCORE_SCHEMA}
+    assert sent["messages"] == [{"role": "user", "content": GOLDEN_INVOICE_PROMPT}]  # verbatim
+    assert sent["max_tokens"] >= 16
+
+
+def test_openais_shape_and_a_refusal_that_falls_back_to_words(backend):
+    backend.capabilities.update(json_schema=True, schema_format="json_schema")
+    backend.queue(Reply("response_format is not supported", status=400), "7", "6")
+
+    async def go():
+        from plugins.lm_score.scorer import Scorer
+
+        from .conftest import config
+
+        scorer = Scorer(config(backend))
+        try:
+            first = await scorer.score(["a", "Is it?"])
+            second = await scorer.score(["b", "Is it?"])
+            return first, second
+        finally:
+            await scorer.close()
+
+    import asyncio
+
+    first, second = asyncio.run(go())
+    assert (first.score, second.score) == (7, 6)
+    bodies = backend.chat_requests
+    assert bodies[0]["response_format"]["type"] == "json_schema"
+    assert "response_format" not in bodies[1] and "response_format" not in bodies[2]  # kept
+
+
+def test_lm_score_constrain_false_asks_in_words(backend):
+    backend.capabilities.update(json_schema=True, schema_format="json_object")
+    backend.queue("5")
+    run_score(backend, ["a", "Is it?"], constrain=False)
+    assert "response_format" not in backend.chat_requests[-1]
