@@ -167,7 +167,8 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
         messages = [{"role": "system", "content": prompt.system_prompt(s["system"], cwd)}]
         messages += ctx.messages()
         # Stopping at "Observation:" keeps the model from inventing a command's output.
-        text = await ctx.llm.chat(messages, stop=["\nObservation:"])
+        limit = {"max_tokens": s["reply_max_tokens"]} if s["reply_max_tokens"] else {}
+        text = await ctx.llm.chat(messages, stop=["\nObservation:"], **limit)
         task.loop_ids.append(ctx.add_prompt("assistant", text, "default", {"marat": "thought"}))
         step = prompt.parse_reply(text)
         if step.final is not None:
