@@ -209,6 +209,8 @@ class _Handler(BaseHTTPRequestHandler):
             body = raw.decode("utf-8", "replace")
         if self.headers.get("X-Lmd-Probe"):
             return self._probe(self.headers["X-Lmd-Probe"], body)
+        if self.path.rstrip("/").endswith("/tokenize"):  # counting, when the profile has it
+            return self._probe("tokenize", body)
         self._record(body)
         owner = self.owner
         owner.active += 1

@@ -1,0 +1,155 @@
+"""The embedded model and counting tokens the server's way (issue: a real model in every loop).
+Prints numbers and ratios measured in this run; asserts nothing.
+
+(a) the embedded server's start-up (llama-cpp-python over SmolLM2-135M-Instruct, 2,048-token
+    context): spawn to first answer, against `python -c pass` started the same way;
+(b) counting one new 200-word text with the server's tokenize endpoint (the real server), a
+    cached count, and the offline estimate;
+(c) dali's added latency through a live daemon (bench_core (a)'s method, 1,000 prompts of
+    history) when the backend has a tokenize endpoint and lmd counts with it, against the
+    same daemon counting with the estimate.
+
+Run: .venv/bin/python benchmarks/bench_embedded.py [--quick]
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_core import fill_history, ms, pct  # noqa: E402
+from tests.daemons import LiveDaemon, configure  # noqa: E402
+from tests.fake_backend import FakeBackend  # noqa: E402
+
+QUICK = "--quick" in sys.argv
+
+
+def bench_startup() -> None:
+    from daemon.backends.embedded import EmbeddedServer, bundled_model_path
+
+    runs = 3 if QUICK else 7
+    starts, pythons = [], []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        pythons.append(time.perf_counter() - t)
+        server = EmbeddedServer(bundled_model_path(), n_ctx=2048)
+        t = time.perf_counter()
+        server.start()
+        starts.append(time.perf_counter() - t)
+        server.stop()
+    s, p = statistics.median(starts), statistics.median(pythons)
+    print(f"(a) embedded server start-up, median of {runs}: {ms(s)} (min {ms(min(starts))})")
+    print(f"    python -c pass: {ms(p)}; ratio {s / p:.1f}x")
+
+
+def bench_counting() -> None:
+    from daemon.backends import tokens
+    from daemon.backends.embedded import EmbeddedServer, bundled_model_path
+
+    server = EmbeddedServer(bundled_model_path(), n_ctx=2048, n_threads=1).start()
+    try:
+        counter = tokens.ServerCounter(
+            server.url.removesuffix("/v1"), "/extras/tokenize", "input", server.key, "m"
+        )
+        n = 50 if QUICK else 300
+        texts = [
+            f"note {i}: " + "the quick brown fox jumps over the lazy dog " * 22 for i in range(n)
+        ]
+        counter(texts[0])  # connect
+        fresh, cached, estimate = [], [], []
+        for text in texts[1:]:
+            t = time.perf_counter()
+            counter(text)
+            fresh.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            counter(text)
+            cached.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            tokens.estimate(text)
+            estimate.append(time.perf_counter() - t)
+        f, c, e = (statistics.median(x) for x in (fresh, cached, estimate))
+        print(f"(b) counting a new 200-word text ({n - 1} texts)")
+        print(f"    server tokenize (new text) p50 {ms(f)}  p95 {ms(pct(fresh, 95))}")
+        print(f"    server count, cached       p50 {ms(c)}")
+        print(f"    offline estimate           p50 {ms(e)}  (tokenize {f / e:.0f}x the estimate)")
+    finally:
+        server.stop()
+
+
+def dali_latency(backend: FakeBackend, tmp: Path, tokenize: bool, n: int) -> tuple[list, list]:
+    import asyncio
+
+    import httpx
+    import openai
+
+    backend.capabilities["tokenize"] = tokenize
+    home = tmp / ("tok" if tokenize else "est")
+    configure(home, openai_chat_endpoint=backend.url, openai_model="fake-model", llm_max_retries=0)
+    fill_history(home, "bench", 1_000)
+    daemon = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
+    loop = asyncio.new_event_loop()
+    direct = openai.AsyncOpenAI(base_url=backend.url, api_key="x", max_retries=0)
+    messages = [{"role": "user", "content": "hi"}]
+
+    def call_direct() -> None:
+        loop.run_until_complete(
+            direct.chat.completions.create(model="fake-model", messages=messages)
+        )
+
+    try:
+        http = httpx.Client(base_url=daemon.url, headers={"X-Session": "bench"})
+        http.get("/backend")  # the probe ran: the counter is in place when it has tokenize
+        for _ in range(20):
+            call_direct()
+            http.post("/v1", content="dali hi")
+        base, through = [], []
+        for i in range(n):
+            t = time.perf_counter()
+            call_direct()
+            base.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            r = http.post("/v1", content=f"dali hi {i}")  # a new text each time: counted anew
+            through.append(time.perf_counter() - t)
+            assert r.status_code == 200
+        loop.run_until_complete(direct.close())
+        loop.close()
+    finally:
+        daemon.stop()
+    return base, through
+
+
+def bench_dali(tmp: Path) -> None:
+    n = 100 if QUICK else 400
+    backend = FakeBackend().start()
+    try:
+        added = {}
+        for tokenize in (False, True):
+            base, through = dali_latency(backend, tmp, tokenize, n)
+            added[tokenize] = pct(through, 50) - pct(base, 50)
+            counted = sum(r.path.endswith("/tokenize") for r in backend.probes)
+        print(f"(c) dali through lmd, {n} requests, 1,000 prompts of history")
+        print(f"    added p50, counting with the estimate:        {ms(added[False])}")
+        print(f"    added p50, counting with the server's tokenize: {ms(added[True])}")
+        print(f"    cost of server counting per turn: {ms(added[True] - added[False])} "
+              f"({counted} tokenize calls in all)")  # fmt: skip
+    finally:
+        backend.stop()
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        bench_startup()
+        bench_counting()
+        bench_dali(Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
