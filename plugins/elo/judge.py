@@ -48,6 +48,23 @@ _SCORE += r"(?![0-9]|\.[0-9]|[eE][-+]?[0-9]|\s*/)"
 SCORE_1 = re.compile(_SCORE.format(n="1"), re.IGNORECASE)
 SCORE_2 = re.compile(_SCORE.format(n="2"), re.IGNORECASE)
 EXPLANATION = re.compile(r"brief\s+explanation\s*[*_]*\s*:?\s*[*_]*\s*", re.IGNORECASE)
+# Where the server can hold the answer to a JSON schema, the verdict comes as an object with
+# the seed's three parts; the scores come first, so an explanation cut at max_tokens still
+# leaves them readable (they are read by name, not by parsing the whole object).
+VERDICT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "score_of_model_1": {"enum": [0, 0.5, 1]},
+        "score_of_model_2": {"enum": [0, 0.5, 1]},
+        "brief_explanation": {"type": "string"},
+    },
+    "required": ["score_of_model_1", "score_of_model_2", "brief_explanation"],
+    "additionalProperties": False,
+}
+_JSON_SCORE = r'"score_of_model_{n}"\s*:\s*(0\.5|0|1)(?![0-9.])'
+JSON_SCORE_1 = re.compile(_JSON_SCORE.format(n="1"))
+JSON_SCORE_2 = re.compile(_JSON_SCORE.format(n="2"))
+JSON_EXPLANATION = re.compile(r'"brief_explanation"\s*:\s*"((?:[^"\\]|\\.)*)')
 VERDICTS = {
     (1.0, 0.0): "model_a",
     (0.0, 1.0): "model_b",
@@ -57,8 +74,13 @@ VERDICTS = {
 
 
 def parse_scores(response: str) -> tuple[float, float] | None:
-    """(score of model 1, score of model 2), or None when either is missing."""
-    one, two = SCORE_1.findall(response or ""), SCORE_2.findall(response or "")
+    """(score of model 1, score of model 2), or None when either is missing: from the seed's
+    "Score of Model 1: N" lines, or from a verdict held to VERDICT_SCHEMA."""
+    text = response or ""
+    if text.lstrip().startswith("{"):
+        one, two = JSON_SCORE_1.findall(text), JSON_SCORE_2.findall(text)
+        return (float(one[0]), float(two[0])) if one and two else None
+    one, two = SCORE_1.findall(text), SCORE_2.findall(text)
     if not one or not two:
         return None
     return float(one[-1]), float(two[-1])
@@ -67,6 +89,16 @@ def parse_scores(response: str) -> tuple[float, float] | None:
 def justification(response: str) -> str:
     """The text after 'Brief Explanation:', else the response without its score lines."""
     text = response or ""
+    if text.lstrip().startswith("{"):
+        said = JSON_EXPLANATION.search(text)
+        if said is None:
+            return ""
+        import json
+
+        try:
+            return json.loads(f'"{said.group(1)}"').strip()
+        except ValueError:
+            return said.group(1).strip()
     found = EXPLANATION.search(text)
     if found:
         return text[found.end() :].strip()
@@ -114,6 +146,14 @@ def default_judge() -> Endpoint:
     _, store, settings = open_daemon_state(None)
     store.close()
     return resolve(settings["elo_judge_model"], settings)
+
+
+async def verdict_request(llm: Any) -> dict:
+    """What to add to each judge call: the verdict held to VERDICT_SCHEMA where the server can
+    (the prompt stays the seed's; its text format is the fallback everywhere else)."""
+    caps = await llm.capabilities()
+    fmt = caps.response_format("verdict", VERDICT_SCHEMA)
+    return {"response_format": fmt, "max_tokens": 256} if fmt else {}
 
 
 def judge_messages(prompt: str, question: str, answer_1: str, answer_2: str) -> list[dict]:
@@ -174,13 +214,14 @@ async def _judge(
     questions = {rows[i].get("question") or "" for i in todo if not rows[i].get("language")}
     await asyncio.to_thread(lambda: [language_of(q) for q in questions])
     llm = endpoint.client()
+    ask = await verdict_request(llm)
 
     def job(row: dict):
         first, second = row["answer_a"], row["answer_b"]
         if swapped:
             first, second = second, first
         messages = judge_messages(prompt, row["question"], first, second)
-        return lambda: llm.chat(messages, temperature=0)
+        return lambda: llm.chat(messages, temperature=0, **ask)
 
     def done(i: int, response: str) -> None:
         row = fill_verdict(rows[todo[i]], response, endpoint.name, swapped)
