@@ -1,16 +1,27 @@
-"""Is a bash command clearly read-only? Advice only: under `unsafe` approval it decides whether
+r"""Is a bash command clearly read-only? Advice only: under `unsafe` approval it decides whether
 a command runs at once (inside the OS sandbox) or waits for a spoken yes.
 
-A string check for bash cannot be complete, so nothing relies on it for safety: the sandbox
+The command is read with a real bash grammar (tree-sitter-bash, the grammar GitHub and the
+editors use, maintained by the tree-sitter project; bashlex, the other choice, has been
+unmaintained for years and misses newer syntax): lists, pipelines, redirections, quoting,
+heredocs and comments are what bash makes of them, not what string splitting guesses. Before
+parsing, backslash-newline pairs are joined as bash joins them (`find X -f\<newline>printf`
+is one command with the word `-fprintf`; the grammar itself would read two words).
+
+A reading of bash cannot be complete, so nothing relies on it for safety: the sandbox
 (`daemon.execution.sandbox`) is what stops a command that lies. It errs on the side of asking:
-anything it does not model (command substitution, subshells, background jobs, redirection to a file,
-unquoted `#`, braces, any `$` expansion, /dev/tcp, an unknown program, a path to a program,
-variable assignments, GNU option abbreviations of a dangerous option) makes it ask.
+anything it does not model — command substitution, expansions of any kind, subshells, compound
+statements, background jobs, here-documents, variable assignments, redirection to a file,
+brace expansion, control characters, a parse error, an unknown program, a path to a program,
+GNU option abbreviations of a dangerous option — makes it ask.
 """
 
 from __future__ import annotations
 
-import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
 # Programs that only read, whatever their (non-excluded) arguments.
 READ_ONLY_PROGRAMS = frozenset(
@@ -63,84 +74,187 @@ _GIT_BRANCH_LISTING = {
     "--show-current", "--merged", "--no-merged", "--contains", "--no-contains", "--sort",
     "--color", "--no-color", "--column", "--no-column",
 }  # fmt: skip
-_SEPARATORS = {"|", "||", "&&", ";", "|&"}
 _SAFE_TARGETS = {"/dev/null"}
+# Never read-only wherever they stand, even quoted: a quoted `$(...)` still runs when a
+# program evaluates its argument (`test -v 'a[$(touch x)]'`), and /dev/tcp opens a socket.
 _NEVER = ("`", "$(", "<(", ">(", "/dev/tcp", "/dev/udp")
+# Structure that only joins commands: what bash runs is still each command, one after another.
+_JOINING = {"program", "list", "pipeline", "redirected_statement", ";", "&&", "||", "|", "|&",
+            "\n", "comment"}  # fmt: skip
 
 
-def _unmodelled(command: str) -> tuple[bool, bool]:
-    """(something the shlex reading would get wrong, an unquoted glob): scans quoting as bash
-    does. Unquoted `#` starts a comment for shlex anywhere but for bash only at a word's start;
-    braces expand (`-dele{te,te}`); `$` in any form expands (`$'-delete'`, `${x:=...}`, an
-    empty `$x` splicing two halves of an option); control characters split words differently."""
-    quote = None
-    glob = False
-    i = 0
+@dataclass(frozen=True)
+class SimpleCommand:
+    """One command of a parsed command line: the program and its arguments as bash would pass
+    them (quotes and escapes removed). The `rules` engineer's matcher reads these too."""
+
+    words: tuple[str, ...]
+    globbed: bool = False  # an unquoted * ? or [ in some word: the words are not final
+
+    @property
+    def program(self) -> str:
+        return self.words[0]
+
+
+class Unmodelled(Exception):
+    """Something the reading does not model: the command is not known to be read-only."""
+
+
+@lru_cache(maxsize=1)
+def _parser() -> Any:
+    import tree_sitter
+    import tree_sitter_bash
+
+    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+
+
+def join_continuations(command: str) -> str:
+    """The command with backslash-newline pairs removed where bash removes them: everywhere but
+    inside single quotes (and a comment, which ends at the newline anyway)."""
+    out, quote, i = [], None, 0
     while i < len(command):
         c = command[i]
         if c == "\\" and quote != "'":
+            if command[i + 1 : i + 2] == "\n":
+                i += 2  # the line continues: both characters vanish
+                continue
+            out.append(command[i : i + 2])
             i += 2
             continue
-        if quote == "'":
-            quote = None if c == "'" else quote
-        elif c == "$":
-            return True, glob
-        elif quote == '"':
-            quote = None if c == '"' else quote
-        elif c in "'\"":
+        if quote is None and c in "'\"":
             quote = c
-        elif c in "#{}" or (ord(c) < 32 and c not in "\n\t"):
-            return True, glob
-        elif c in "*?[":
-            glob = True
+        elif quote == c:
+            quote = None
+        out.append(c)
         i += 1
-    return False, glob
+    return "".join(out)
+
+
+def simple_commands(command: str) -> list[SimpleCommand]:
+    """The simple commands a command line runs, in order; Unmodelled when it holds anything
+    else (see the module's docstring), or redirects output anywhere but /dev/null."""
+    text = join_continuations(command)
+    if any(ord(c) < 32 and c not in "\n\t" for c in text) or "\x7f" in text:
+        raise Unmodelled("a control character")
+    tree = _parser().parse(text.encode("utf-8", "surrogatepass"))
+    if tree.root_node.has_error:
+        raise Unmodelled("bash would not read it as written")
+    found: list[SimpleCommand] = []
+    _collect(tree.root_node, found)
+    if not found:
+        raise Unmodelled("no command")
+    return found
+
+
+def _collect(node: Any, found: list[SimpleCommand]) -> None:
+    kind = node.type
+    if kind == "command":
+        found.append(_simple(node))
+        return
+    if kind == "file_redirect":
+        _check_redirect(node)
+        return
+    if kind not in _JOINING:
+        raise Unmodelled(kind)  # &, subshells, heredocs, loops, functions, assignments...
+    for child in node.children:
+        _collect(child, found)
+
+
+def _check_redirect(node: Any) -> None:
+    """Reading a file (`< f`) and `>/dev/null`, `2>&1` are fine; writing a file is not."""
+    operator = next(c.type for c in node.children if c.type not in ("file_descriptor",))
+    target = node.children[-1]
+    if operator == "<":
+        _word(target)  # a plain name: reading it changes nothing
+        return
+    if operator in (">&", "<&") and target.type == "number":
+        return
+    if operator in (">", ">>", ">|", "&>", "&>>") and _word(target)[0] in _SAFE_TARGETS:
+        return
+    raise Unmodelled("a redirection")
+
+
+def _simple(node: Any) -> SimpleCommand:
+    words, globbed = [], False
+    for child in node.children:
+        if child.type == "command_name":
+            child = child.children[0]
+        elif child.type == "file_redirect":
+            _check_redirect(child)
+            continue
+        value, glob = _word(child)
+        words.append(value)
+        globbed = globbed or glob
+    if not words:
+        raise Unmodelled("no program")
+    return SimpleCommand(tuple(words), globbed)
+
+
+def _word(node: Any) -> tuple[str, bool]:
+    """A word's value as bash passes it, and whether it holds an unquoted glob character."""
+    kind, raw = node.type, node.text.decode("utf-8", "surrogatepass")
+    if kind in ("word", "number"):
+        if any(c in raw for c in "{}$`"):
+            raise Unmodelled("an expansion")
+        return _unescape(raw), any(c in raw for c in "*?[")
+    if kind == "raw_string":  # '...': every character as written
+        return raw[1:-1], False
+    if kind == "string":  # "...": only literal content, no expansion inside
+        if any(c.type not in ('"', "string_content") for c in node.children):
+            raise Unmodelled("an expansion inside quotes")
+        return _unescape_double(raw[1:-1]), False
+    if kind == "concatenation":
+        parts = [_word(c) for c in node.children]
+        return "".join(v for v, _ in parts), any(g for _, g in parts)
+    raise Unmodelled(kind)  # $x, ${x}, $(...), <(...), $'...', brace expansion...
+
+
+def _unescape(raw: str) -> str:
+    """Outside quotes a backslash keeps the next character as it is."""
+    out, i = [], 0
+    while i < len(raw):
+        if raw[i] == "\\" and i + 1 < len(raw):
+            out.append(raw[i + 1])
+            i += 2
+        else:
+            out.append(raw[i])
+            i += 1
+    return "".join(out)
+
+
+def _unescape_double(raw: str) -> str:
+    """Inside double quotes a backslash escapes only $ ` " \\ (and newline)."""
+    out, i = [], 0
+    while i < len(raw):
+        if raw[i] == "\\" and raw[i + 1 : i + 2] in ("$", "`", '"', "\\"):
+            out.append(raw[i + 1])
+            i += 2
+        else:
+            out.append(raw[i])
+            i += 1
+    return "".join(out)
 
 
 def is_read_only(command: str) -> bool:
     """True only when every part of `command` is a known read-only program use."""
-    if not command.strip():
-        return False
-    if any(mark in command for mark in _NEVER):
-        return False
-    unmodelled, glob = _unmodelled(command)
-    if unmodelled:
+    if not command.strip() or any(mark in command for mark in _NEVER):
         return False
     try:
-        lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars=True)
-        lexer.whitespace_split = True
-        tokens = list(lexer)
-    except ValueError:  # unbalanced quotes
+        commands = simple_commands(command)
+    except Unmodelled:
         return False
-    segments: list[list[str]] = [[]]
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        if tok in _SEPARATORS:
-            segments.append([])
-        elif tok in (">", ">>", ">|", "&>", "&>>"):
-            target = tokens[i + 1] if i + 1 < len(tokens) else ""
-            if target not in _SAFE_TARGETS:
-                return False
-            _drop_fd(segments[-1])
-            i += 1
-        elif tok in (">&", "<&"):
-            target = tokens[i + 1] if i + 1 < len(tokens) else ""
-            if not target.isdigit():
-                return False
-            _drop_fd(segments[-1])
-            i += 1
-        elif tok == "<":
-            i += 1  # reading a file is fine; skip its name
-        elif set(tok) <= set("();<>|&"):
-            return False  # subshells, background jobs, here-documents, anything unusual
-        else:
-            segments[-1].append(tok)
-        i += 1
-    segments = [s for s in segments if s]
-    if glob and any(s[0] in _GLOB_SENSITIVE for s in segments):
+    if any(c.globbed and c.program in _GLOB_SENSITIVE for c in commands):
         return False
-    return bool(segments) and all(_segment_read_only(s) for s in segments)
+    return all(_segment_read_only(list(c.words)) for c in commands)
+
+
+def parts(command: str) -> Iterator[SimpleCommand] | None:
+    """The simple commands of `command`, or None when it cannot be read (then nothing about
+    it is known: ask)."""
+    try:
+        return iter(simple_commands(command))
+    except Unmodelled:
+        return None
 
 
 def _long_hit(arg: str, dangerous: tuple[str, ...]) -> bool:
@@ -159,12 +273,6 @@ def _short_hit(arg: str, letters: str) -> bool:
         and not arg.startswith("--")
         and any(c in letters for c in arg[1:])
     )
-
-
-def _drop_fd(words: list[str]) -> None:
-    """`2>/dev/null` lexes as `2`, `>`, `/dev/null`: the 2 is a file descriptor, not a word."""
-    if len(words) > 1 and words[-1].isdigit():
-        words.pop()
 
 
 def _segment_read_only(words: list[str]) -> bool:

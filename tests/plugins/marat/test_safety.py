@@ -154,3 +154,66 @@ def test_chains_of_readers_run(parts, joiners):
 @given(st.text(max_size=60))
 def test_never_crashes(text):
     assert is_read_only(text) in (True, False)
+
+
+# -- the bash grammar: what bash makes of a command, not what splitting guesses ---------------
+@pytest.mark.parametrize(
+    "command",
+    [
+        "find . -f\\\nprintf /tmp/x '%p'",  # a line continuation joins -f and printf
+        "find . -dele\\\nte",
+        "sort -u\\\no out in.txt",  # -uo: writes `out`
+        "git log --out\\\nput=x",
+        "ls &",  # a background job
+        "cat <<EOF\nhi\nEOF",  # a here-document
+        "(ls)",
+        "ls; { rm x; }",
+        "a=1 ls",
+        "ls $'-la'",
+        "ls > out.txt",
+        "if true; then rm x; fi",
+        "ls \x00 x",
+    ],
+)
+def test_what_the_grammar_reads_as_not_clearly_read_only(command):
+    assert not is_read_only(command)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ls \\\n-la",  # a continuation between words is a space
+        "echo 'a\\\nb'",  # inside single quotes it stays as written
+        "ls # ; rm -rf ~",  # a comment
+        "ls -la 2>&1 | grep x > /dev/null",
+        'grep -c "a b" notes.txt',
+        "cat < notes.txt",
+    ],
+)
+def test_what_the_grammar_reads_as_read_only(command):
+    assert is_read_only(command)
+
+
+def test_simple_commands_are_what_bash_passes():
+    from plugins.marat.safety import simple_commands
+
+    found = simple_commands('git commit -m \'a b\' && echo "done\\"" | tr a b\\\nc')
+    assert [c.words for c in found] == [
+        ("git", "commit", "-m", "a b"),
+        ("echo", 'done"'),
+        ("tr", "a", "bc"),
+    ]
+
+
+@given(
+    st.lists(
+        st.sampled_from(["ls", "-la", "grep", "x", "wc", "-l", "find", ".", "-name", "a"]),
+        min_size=1,
+        max_size=6,
+    ),
+    st.data(),
+)
+def test_a_continuation_between_words_changes_nothing(words, data):
+    joined = " ".join(words)
+    cut = " ".join(w + (" \\\n" if data.draw(st.booleans()) else "") for w in words)
+    assert is_read_only(cut) == is_read_only(joined)
