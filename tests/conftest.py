@@ -28,6 +28,38 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.skip(reason=reason))
 
 
+def open_to_others(path: Path) -> Path:
+    """As root, sandboxed commands run as the unprivileged user nobody (daemon/execution/
+    sandbox.py): pytest makes its temporary directories 0700, so let others through them."""
+    if os.geteuid() != 0:
+        return path
+    here = Path(path).resolve()
+    for d in (here, *here.parents):
+        if d == Path("/") or d == Path("/tmp"):
+            break
+        mode = d.stat().st_mode
+        if mode & 0o005 != 0o005:
+            d.chmod(mode | 0o055)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _sandbox_may_enter_tmp_path(request: pytest.FixtureRequest) -> None:
+    if "tmp_path" in request.fixturenames:
+        open_to_others(request.getfixturevalue("tmp_path"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sandbox_may_enter_mktemp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    make = tmp_path_factory.mktemp
+
+    def mktemp(basename: str, numbered: bool = True) -> Path:
+        return open_to_others(make(basename, numbered))
+
+    tmp_path_factory.mktemp = mktemp  # type: ignore[method-assign]
+    yield
+
+
 FOREIGN_ENV = ("ENSEMBLE", "AGGREGATION", "THINKING", "SERVER_URL", "API_TOKEN", "MODEL")
 
 

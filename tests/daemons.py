@@ -26,6 +26,24 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"  # the workplace's real data; absent in a user's checkout
 
 
+# As root, sandboxed commands run as the unprivileged user nobody (daemon/execution/sandbox.py),
+# who cannot reach a Python under /root (pyenv): they get the system's.
+SANDBOX_PYTHON = (
+    "/usr/bin/python3"
+    if os.geteuid() == 0 and os.path.exists("/usr/bin/python3")
+    else sys.executable
+)
+
+
+def writable_by_others(path: Path) -> Path:
+    """As root, let a sandboxed build (running as nobody) write this tree."""
+    if os.geteuid() == 0:
+        for p in [path, *Path(path).rglob("*")]:
+            if not p.is_symlink():
+                p.chmod(p.stat().st_mode | (0o007 if p.is_dir() else 0o006))
+    return path
+
+
 def configure(home: Path, **settings: object) -> None:
     """Write settings into home's database, validated like `lmd settings set`."""
     from daemon.core import collect

@@ -61,6 +61,16 @@ NEVER_PASSED = frozenset({"OPENAI_API_KEY", "LMD_TOKEN"})
 
 APT_HINT = "install the bubblewrap package (apt install bubblewrap, or dnf install bubblewrap)"
 
+# As root, a sandboxed command runs as this unprivileged user (nobody), in its own user
+# namespace: uid 0 needs no capability to write the kernel's tunables (/proc/sys: a new
+# core_pattern makes the kernel run a program as root on the host), so mapping the sandbox to
+# root outside is never safe, whatever else is read-only.
+ROOT_RUNS_AS = 65534
+# Parts of a fresh /proc that are kernel interfaces rather than processes: read-only always
+# (Docker's list; the unprivileged uid cannot write them anyway, this is the second line).
+READ_ONLY_PROC = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+SHM_MB = 64  # /dev/shm, the one writable place under /dev
+
 
 # -- policy ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -167,7 +177,49 @@ def policy_from_settings(
         if problem:
             raise ValueError(problem)
         writable = (os.path.realpath(cwd),)
+    problem = root_problem(cwd, level)
+    if problem:
+        raise ValueError(problem)
     return Policy(level, cwd, home, tuple(hidden), writable, limits)
+
+
+def root_problem(cwd: str, level: str) -> str | None:
+    """As root, sandboxed commands run as an unprivileged user: why they cannot work in `cwd`
+    (it cannot enter it, or a build could not write it), or None."""
+    if os.geteuid() != 0 or level not in (READ_ONLY, WORKSPACE_WRITE):
+        return None
+    who = _user_name()
+    if not _others_may(cwd, os.R_OK | os.X_OK):
+        return (
+            f"lmd runs as root, and sandboxed commands run as the unprivileged user {who}, "
+            f"who may not enter {cwd}"
+        )
+    if level == WORKSPACE_WRITE and not _others_may(cwd, os.W_OK):
+        return (
+            f"lmd runs as root, and a sandboxed build runs as the unprivileged user {who}, "
+            f"who may not write {cwd}"
+        )
+    return None
+
+
+def _others_may(path: str, mode: int) -> bool:
+    """Whether a user who owns nothing there may do `mode` on `path` (every directory on the
+    way must let others through)."""
+    real = os.path.realpath(path)
+    parts = Path(real).parts
+    for i in range(1, len(parts)):
+        try:
+            st = os.stat(os.path.join(*parts[:i]))
+        except OSError:
+            return False
+        if not st.st_mode & 0o001:
+            return False
+    try:
+        st = os.stat(real)
+    except OSError:
+        return False
+    bits = {os.R_OK: 0o004, os.W_OK: 0o002, os.X_OK: 0o001}
+    return all(st.st_mode & bit for flag, bit in bits.items() if mode & flag)
 
 
 # -- detection ---------------------------------------------------------------------------------
@@ -183,6 +235,7 @@ class Availability:
     seccomp: bool = False
     pids_cgroup: str | None = None  # root only: where per-command pids cgroups are made
     warnings: tuple[str, ...] = ()
+    setpriv: str | None = None  # root only: how commands become ROOT_RUNS_AS before bwrap
 
     @property
     def available(self) -> bool:
@@ -243,6 +296,18 @@ def _detect_bwrap() -> Availability:
         return Availability(NONE, f"{binary} does not run ({e}).", APT_HINT)
     features = frozenset(re.findall(r"^\s+(--[\w-]+)", helptext, re.M))
     seccomp = seccomp_program() is not None and "--seccomp" in features
+    setpriv = None
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            return Availability(
+                NONE,
+                "lmd runs as root, and a sandbox that runs commands as root leaves the kernel's "
+                "tunables writable; sandboxed commands run as an unprivileged user, which "
+                "needs setpriv (util-linux), and it is not installed.",
+                "install util-linux (apt install util-linux), or run lmd as an ordinary user",
+                binary=binary,
+            )
     found = Availability(
         "bwrap",
         "",
@@ -250,6 +315,7 @@ def _detect_bwrap() -> Availability:
         features=features,
         seccomp=seccomp,
         pids_cgroup=_pids_cgroup_base() if os.geteuid() == 0 else None,
+        setpriv=setpriv,
     )
     problem = _probe(found)
     if problem:
@@ -277,6 +343,8 @@ def _detect_bwrap() -> Availability:
         f"Commands that run without asking run in a bubblewrap sandbox ({binary}; processes "
         f"limited by {how})."
     )
+    if setpriv:
+        reason = reason[:-2] + f"; as root, they run as the unprivileged user {_user_name()})."
     return Availability(
         "bwrap",
         reason,
@@ -285,12 +353,23 @@ def _detect_bwrap() -> Availability:
         seccomp=seccomp,
         pids_cgroup=found.pids_cgroup,
         warnings=tuple(warnings),
+        setpriv=setpriv,
     )
+
+
+def _user_name(uid: int = ROOT_RUNS_AS) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _probe(found: Availability) -> str | None:
     """Run `true` under the full policy; the error bwrap printed, or None when it worked."""
     with tempfile.TemporaryDirectory(prefix="lmd-sandbox-probe-") as tmp:
+        os.chmod(tmp, 0o755)  # as root, the unprivileged user must enter it
         policy = Policy(READ_ONLY, tmp, tmp, limits=Limits())
         prepared = prepare(policy, ["true"], found)
         try:
@@ -594,9 +673,19 @@ def bwrap_args(
     features: frozenset[str] | set[str] = frozenset(),
     seccomp_fd: int | None = None,
     empty_fd: int | None = None,
+    unprivileged: bool = False,
 ) -> list[str]:
-    """bwrap's options for `policy` (mount order matters: later mounts cover earlier ones)."""
+    """bwrap's options for `policy` (mount order matters: later mounts cover earlier ones).
+    `unprivileged`: bwrap runs as ROOT_RUNS_AS (lmd is root), and sees only what others may."""
     a = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for part in READ_ONLY_PROC:
+        if os.path.exists(part):
+            a += ["--ro-bind", part, part]
+    # /dev: bwrap's minimal one (null, zero, full, random, urandom, tty, pts, fd links),
+    # read-only but for a small /dev/shm; no tmpfs without a size cap
+    if "--size" in features:
+        a += ["--size", str(SHM_MB * 1024 * 1024)]
+    a += ["--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
     if "--size" in features:
         a += ["--size", str(max(64, policy.limits.file_size_mb) * 1024 * 1024)]
     a += ["--tmpfs", "/tmp"]
@@ -606,13 +695,15 @@ def bwrap_args(
     # wherever lmd was installed.
     here = (policy.cwd, policy.home, *_own_install())
     for top in dict.fromkeys(_tmp_tree(p) for p in here):
-        if top:
+        if top and not (unprivileged and not _others_may(top, os.X_OK)):
             a += ["--ro-bind", top, top]
     for root in policy.writable:
         a += ["--bind", root, root]
     for inner in policy.protected_inside:
         a += ["--ro-bind", inner, inner]
     for secret in policy.hidden:
+        if unprivileged and not _others_may(os.path.dirname(secret), os.X_OK):
+            continue  # the unprivileged user cannot reach it anyway (nor could bwrap cover it)
         if os.path.isdir(secret) and not os.path.islink(secret):
             a += ["--tmpfs", secret, "--remount-ro", secret]
         elif os.path.lexists(secret) and not os.path.islink(secret):
@@ -665,10 +756,16 @@ def _prepare_bwrap(policy: Policy, argv: list[str], found: Availability) -> Prep
         fds.append(read)
         empty_fd = read
     bwrap = found.binary or "bwrap"
-    args = bwrap_args(policy, found.features, seccomp_fd, empty_fd)
+    args = bwrap_args(policy, found.features, seccomp_fd, empty_fd, bool(found.setpriv))
     if argv and "/" not in argv[0]:
         argv = [shutil.which(argv[0]) or argv[0], *argv[1:]]  # no PATH walk inside bwrap
     wrapped = [bwrap, *args, "--", *argv]
+    if found.setpriv:
+        # As root: become the unprivileged user before bwrap, so uid 0 never enters the
+        # sandbox (bwrap then builds it as that user, in a user namespace of its own).
+        uid = str(ROOT_RUNS_AS)
+        wrapped = [found.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--",
+                   *wrapped]  # fmt: skip
     cgroup = None
     if found.pids_cgroup:
         try:
@@ -785,6 +882,9 @@ def blocked_reason(policy: Policy, command: str, output: str, exit_code: int | N
     for pattern, reason in _SIGNS:
         if pattern.search(output):
             return reason
+    if os.geteuid() == 0 and "Permission denied" in output:
+        # as root the command ran as an unprivileged user: root's files are closed to it
+        return f"it ran as the unprivileged user {_user_name()}, who may not do that"
     if exit_code in _SIGNAL_EXITS:
         return _SIGNAL_EXITS[exit_code]
     home = policy.home.rstrip("/")

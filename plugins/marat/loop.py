@@ -181,6 +181,9 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
         command = step.command or ""
         decision = decide(s["marat_approval"], s["sandbox_level"], command, task.escalate)
         task.escalate = False
+        problem = sandbox.root_problem(cwd, decision.level) if not decision.ask else None
+        if problem:
+            decision = Decision(True, why=f"I would run it at once in a sandbox, but {problem}.")
         if decision.ask:
             asked = question(command, decision.why)
             ctx.set_pending(task.to_pending(command, asked))

@@ -19,7 +19,7 @@ import pytest
 from daemon.execution import sandbox
 from daemon.execution.runner import REDACTED, redact, run_command
 from daemon.execution.sandbox import Limits, Policy
-from tests.daemons import processes_with
+from tests.daemons import SANDBOX_PYTHON, processes_with, writable_by_others
 
 
 def policy(tmp_path: Path, **kw) -> Policy:
@@ -43,8 +43,21 @@ def test_bwrap_args_read_only(tmp_path):
     assert "--disable-userns" in sandbox.bwrap_args(pol, {"--disable-userns"})
     assert a[:3] == ["--ro-bind", "/", "/"]  # first, so everything else covers it
     assert a[a.index("--proc") + 1] == "/proc" and a[a.index("--dev") + 1] == "/dev"
-    assert a[a.index("--tmpfs") + 1] == "/tmp"
-    assert a[a.index("--size") + 1] == str(1024 * 1024 * 1024)
+    # the kernel's interfaces in /proc read-only; /dev read-only but for a small /dev/shm
+    for part in ("/proc/sys",):
+        i = a.index(part)
+        assert a[i - 1 : i + 2] == ["--ro-bind", part, part]
+    i = a.index("/dev/shm")
+    assert a[i - 3 : i + 3] == [
+        "--size",
+        str(64 << 20),
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
+        "/dev",
+    ]
+    i = a.index("/tmp")
+    assert a[i - 3 : i + 1] == ["--size", str(1024 * 1024 * 1024), "--tmpfs", "/tmp"]
     flags = "--unshare-user --unshare-pid --unshare-net --unshare-ipc --unshare-uts"
     for flag in (*flags.split(), "--die-with-parent", "--new-session"):
         assert flag in a, flag
@@ -266,6 +279,7 @@ def test_lmd_installed_in_tmp_stays_visible_read_only(tmp_path, monkeypatch):
     """A clone or venv in /tmp (a CI checkout) keeps its programs; other /tmp trees stay out."""
     install = Path(tempfile.mkdtemp(prefix="lmd-install-", dir="/tmp"))
     other = Path(tempfile.mkdtemp(prefix="lmd-other-", dir="/tmp"))
+    install.chmod(0o755)  # as root, commands run as nobody: an installation others may read
     try:
         tool = install / "venv" / "bin" / "tool"
         tool.parent.mkdir(parents=True)
@@ -294,7 +308,7 @@ def test_unix_sockets_refused_socketpair_fine(tmp_path):
         "except OSError as e:\n    print('unix', e.errno)\n"
     )
     (tmp_path / "s.py").write_text(script)
-    r = run(f"{sys.executable} s.py", tmp_path, policy(tmp_path))
+    r = run(f"{SANDBOX_PYTHON} s.py", tmp_path, policy(tmp_path))
     assert "pair ok" in r.output and "unix 97" in r.output
 
 
@@ -317,6 +331,7 @@ def test_hidden_places_are_empty_and_read_only(tmp_path):
 def test_workspace_write_writes_only_the_workspace(tmp_path):
     work = tmp_path / "work"
     (work / ".git").mkdir(parents=True)
+    writable_by_others(work)  # as root the command runs as nobody: the workspace is theirs
     outside = tmp_path / "outside"
     outside.mkdir()
     pol = Policy("workspace-write", str(work), str(tmp_path), writable=(str(work),))
@@ -334,7 +349,7 @@ def test_workspace_write_writes_only_the_workspace(tmp_path):
 def test_memory_file_size_and_cpu_limits_bite(tmp_path):
     lim = Limits(memory_mb=200, cpu_secs=1, file_size_mb=1, max_processes=64)
     pol = policy(tmp_path, limits=lim)
-    r = run(f"{sys.executable} -c 'b = bytearray(400 * 1024 * 1024)'", tmp_path, pol)
+    r = run(f"{SANDBOX_PYTHON} -c 'b = bytearray(400 * 1024 * 1024)'", tmp_path, pol)
     assert "MemoryError" in r.output and r.blocked == "it hit the memory limit"
     r = run("head -c 3000000 /dev/zero > /tmp/big; echo rc=$?", tmp_path, pol)
     assert "rc=153" in r.output and "File size limit exceeded" in r.output

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import sys
 from pathlib import Path
+
+from tests.daemons import SANDBOX_PYTHON
 
 CALC = '''"""A tiny calculator with a header parser."""
 
@@ -29,7 +30,7 @@ print("all good")
 """
 
 # The build: -B so Python leaves no __pycache__ behind in the repository.
-BUILD = f"{sys.executable} -B check.py"
+BUILD = f"{SANDBOX_PYTHON} -B check.py"  # also run in the sandbox (as root: nobody)
 
 FIX_ADD = """Here you go:
 ```diff
