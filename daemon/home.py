@@ -113,6 +113,38 @@ def server_token(home: Path, token_file: Path | None = None, environ=None) -> tu
     return token, source
 
 
+def registry_path() -> Path:
+    """Where this user's lmd homes and token files are listed, so the command sandbox hides
+    every one of them, not only the running daemon's."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "lmd" / "homes"
+
+
+def register_home(*paths: Path | str) -> None:
+    """Add paths (a home, a --token-file) to the registry; best effort, never fatal."""
+    reg = registry_path()
+    try:
+        known = set(known_homes())
+        new = [str(Path(p).resolve()) for p in paths if str(Path(p).resolve()) not in known]
+        if not new:
+            return
+        reg.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(reg, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
+            f.write("".join(p + "\n" for p in new))
+    except OSError:
+        pass
+
+
+def known_homes() -> list[str]:
+    """Every lmd home and token file this user's daemons have used (see register_home)."""
+    try:
+        text = registry_path().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [line for line in text.splitlines() if line.startswith("/")]
+
+
 def _log():
     import logging  # the client path does not need logging
 

@@ -54,6 +54,41 @@ SECRET_HOME_PATHS = (
     ".config/google-chrome",
     ".config/chromium",
     ".config/lmd",  # `lmd service install`'s environment file holds OPENAI_API_KEY
+    ".local/state/lmd",  # the list of lmd homes and token files (home.register_home)
+    # files that hold passwords and tokens
+    ".pgpass",
+    ".my.cnf",
+    ".npmrc",
+    ".yarnrc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".m2/settings.xml",
+    ".gradle/gradle.properties",
+    ".terraform.d/credentials.tfrc.json",
+    ".vault-token",
+    ".boto",
+    ".s3cfg",
+    ".config/rclone",
+    ".config/hub",
+    ".cache/huggingface/token",
+    ".huggingface/token",
+    ".oci",
+    ".env",
+    # shell and REPL histories: keys typed on a command line end up there
+    ".bash_history",
+    ".zsh_history",
+    ".zhistory",
+    ".histfile",
+    ".local/share/fish/fish_history",
+    ".python_history",
+    ".psql_history",
+    ".mysql_history",
+    ".sqlite_history",
+    ".node_repl_history",
+    ".rediscli_history",
+    ".irb_history",
+    ".lesshst",
+    ".viminfo",
 )
 
 # Environment variables that must never reach a command, whatever the passthrough says.
@@ -125,9 +160,13 @@ def hidden_paths(home: str, lmd_home: str | None, extra: list[str] | tuple[str, 
     """The secret places to hide: well-known ones under `home`, LMD_HOME, the user's extra ones
     and the session runtime directory (sockets of ssh-agent, gpg-agent, D-Bus). Symlinks are
     hidden at both ends."""
+    from daemon.home import default_home, known_homes
+
     wanted = [os.path.join(home, rel) for rel in SECRET_HOME_PATHS]
     if lmd_home:
         wanted.append(str(lmd_home))
+    # every lmd home and token file this user's daemons used, and the default home
+    wanted += [*known_homes(), str(default_home())]
     wanted += [os.path.expanduser(str(p)) for p in extra]
     runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
     wanted.append(runtime)

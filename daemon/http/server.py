@@ -120,7 +120,7 @@ def serve(
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config
 
-    from daemon.home import default_home, secure_home, server_token
+    from daemon.home import default_home, register_home, secure_home, server_token
     from daemon.http.app import create_app
     from daemon.http.peer import supported
 
@@ -130,6 +130,8 @@ def serve(
     home = Path(home) if home else default_home()
     secure_home(home)
     token, token_source = server_token(home, token_file)
+    # the sandbox hides every lmd home and token file this user's daemons have used
+    register_home(home, *([token_file] if token_file else []))
     loopback = is_loopback(host)
     peer = peer_auth and loopback and supported()
     app = create_app(
