@@ -2,11 +2,12 @@
 
 - An output that would destroy an existing file is refused unless the user said so
   (`--force`): a mistyped `-o` must not cost a day of judged battles.
-- A path that arrives over HTTP may only name a file inside the daemon's home (LMD_HOME) or
-  one of the files the calling plugin ships and names (`also`); `..`, absolute paths and
-  symlinks leading out are refused. Over HTTP the caller is a program, not the person at
-  the keyboard, so it must not make the daemon read (and send to a model) an arbitrary file
-  such as ~/.ssh/id_rsa. Settings that name a file or directory the daemon opens are
+- A path that arrives over HTTP may only name a file in the `files` folder of the daemon's
+  home (LMD_HOME/files) or one of the files the calling plugin ships and names (`also`);
+  `..`, absolute paths and symlinks leading out are refused, and so are the home's own files
+  (the token, the database) and every other lmd home. Over HTTP the caller is a program, not
+  the person at the keyboard, so it must not make the daemon read (and send to a model) an
+  arbitrary file such as ~/.ssh/id_rsa. Settings that name a file or directory the daemon opens are
   protected (only the CLI or a request with the token may set them), so the rule need not
   be checked again when they are used.
 - Outputs are written atomically (a temporary file, then rename) with the mode a plain
@@ -39,25 +40,32 @@ def refuse_overwrite(path: str | Path | None, force: bool, flag: str = "--force"
         return  # unreadable: the writer itself reports it
 
 
+HTTP_FILES = "files"  # the one folder of a daemon's home that requests may name files in
+
+
 def allowed_http_path(
     value: str, home: Path, what: str = "file", also: Iterable[str | Path] = ()
 ) -> Path:
-    """`value` resolved (symlinks followed) when it lies inside `home` or is (or lies inside)
-    one of `also`, the files a plugin ships; relative paths are taken from `home`.
-    Otherwise a 403 sentence."""
+    """`value` resolved once (every symlink followed) when it lies inside the home's `files`
+    folder, or is (or lies inside) one of `also`, the files a plugin ships; relative paths are
+    taken from that folder. So never the home's own files (the token, the database: a request
+    that named the token once sent it to the model and got it back in an error) nor anything
+    outside. Otherwise a 403 sentence. The caller opens the returned path: resolved, it holds
+    no symlink left to swap."""
     if not isinstance(value, str) or "\x00" in value:
         raise LmdError(f"The {what} must be a file name as text.", status=400)
+    files = Path(home) / HTTP_FILES
     raw = Path(value)
-    candidate = raw if raw.is_absolute() else Path(home) / raw
+    candidate = raw if raw.is_absolute() else files / raw
     try:
         resolved = candidate.resolve()
     except (OSError, RuntimeError):  # symlink loops
         resolved = None
-    roots = [Path(home).resolve(), *(Path(p).resolve() for p in also)]
+    roots = [files.resolve(), *(Path(p).resolve() for p in also)]
     if resolved is None or not any(resolved.is_relative_to(root) for root in roots):
         raise LmdError(
-            f"Over HTTP the {what} must be a file inside the daemon's home ({home}); copy it "
-            "there and give its name, or use the command line.",
+            f"Over HTTP the {what} must be a file in {files} (the daemon's folder for files "
+            "requests may name); copy it there and give its name, or use the command line.",
             status=403,
         )
     return resolved

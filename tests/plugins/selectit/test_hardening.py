@@ -1,4 +1,4 @@
-"""SelectIT outputs never clobber a file; its HTTP paths stay inside the daemon's home."""
+"""SelectIT outputs never clobber a file; its HTTP paths stay inside LMD_HOME/files."""
 
 from __future__ import annotations
 
@@ -62,18 +62,24 @@ def test_selectit_route_rp_file_cannot_escape_home(make_client, home, backend, t
     client = make_client()
     secret = tmp_path / "secret.txt"
     secret.write_text("TOP SECRET prompt line\n")
-    (home / "rp.txt").write_text("Inside judge.\n")
-    (home / "escape.txt").symlink_to(secret)
+    (home / "files").mkdir()
+    (home / "files" / "rp.txt").write_text("Inside judge.\n")
+    (home / "files" / "escape.txt").symlink_to(secret)
+    (home / "token").write_text("tok-" + "x" * 40 + "\n")  # as a live daemon keeps it
+    token = (home / "token").read_text().strip()
     for bad in [
         "../secret.txt",
         str(secret),
         "escape.txt",
         "/etc/passwd",
         "../../../../etc/shadow",
+        "../token",  # the daemon's own files: its token, its database
+        str(home / "token"),
+        "../lmd.db",
     ]:
         r = client.post("/selectit", json={"record": alpaca(1)[0], "rp_file": bad})
         assert r.status_code == 403, (bad, r.text)
-        assert "inside the daemon's home" in r.json()["error"]
+        assert "must be a file in" in r.json()["error"] and token not in r.text
     assert not backend.requests  # nothing was read, nothing reached the model
     r = client.post("/selectit", json={"record": alpaca(1)[0], "rp_file": "rp.txt"})
     assert r.status_code == 200, r.text

@@ -79,7 +79,7 @@ def test_selectit_never_loads_a_model_from_outside_home_over_http(make_client, t
     record = {"instruction": "Add 2 and 2.", "output": "4"}
     r = client.post("/selectit", json={"record": record, "model": str(tmp_path)})
     assert r.status_code == 403
-    assert r.json()["error"].startswith("Over HTTP the model directory must be a file inside")
+    assert r.json()["error"].startswith("Over HTTP the model directory must be a file in ")
     assert "selectit_rater" not in repr(client.app.daemon.state)  # nothing was loaded
 
 
