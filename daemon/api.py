@@ -54,6 +54,8 @@ _GROUPS: dict[str, dict[str, str]] = {
         "working_directory": "daemon.http.turn",
         "TurnReply": "daemon.http.turn",
         "wants_speech": "daemon.speak",
+        "verbatim": "daemon.speak",
+        "unmark": "daemon.speak",
         "token_presented": "daemon.http.guard",
         "allowed_http_path": "daemon.paths",
     },
@@ -153,6 +155,8 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "working_directory",
     "TurnReply",
     "wants_speech",
+    "verbatim",
+    "unmark",
     "token_presented",
     "allowed_http_path",
     "home_option",
@@ -254,6 +258,6 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.plugins import get_plugin_manager, wanted_plugins
     from daemon.settings import Setting, SettingError, Settings, env_name, refuse_if_protected
     from daemon.shards import Shard, describe_parts, file_sha256, parse_shard, part_of
-    from daemon.speak import wants_speech
+    from daemon.speak import unmark, verbatim, wants_speech
     from daemon.terminal import clean
     from daemon.words import plural

@@ -27,6 +27,45 @@ STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
 INLINE_CODE = re.compile(r"`+([^`]+)`+")
 
 
+# A span between these two marks is verbatim: no reply form touches it (a command about to
+# run, in the question that asks for a yes). The marks themselves never reach a client.
+VERBATIM_OPEN, VERBATIM_CLOSE = "\ue000", "\ue001"
+
+
+def verbatim(text: str) -> str:
+    """`text` marked so that plain, spoken and streamed replies carry it character for
+    character (markdown clean-up would drop a line starting ``` or a `*`)."""
+    return (
+        VERBATIM_OPEN
+        + text.replace(VERBATIM_OPEN, "").replace(VERBATIM_CLOSE, "")
+        + (VERBATIM_CLOSE)
+    )
+
+
+def unmark(text: str) -> str:
+    """The text without verbatim marks."""
+    if VERBATIM_OPEN not in text and VERBATIM_CLOSE not in text:
+        return text
+    return text.replace(VERBATIM_OPEN, "").replace(VERBATIM_CLOSE, "")
+
+
+class _Marks:
+    """Whether we are inside a verbatim span, across lines and chunks."""
+
+    def __init__(self) -> None:
+        self.inside = False
+
+    def line_is_verbatim(self, line: str) -> bool:
+        """Whether `line` holds verbatim text (then it passes untouched); updates the state."""
+        touched = self.inside or VERBATIM_OPEN in line
+        for c in line:
+            if c == VERBATIM_OPEN:
+                self.inside = True
+            elif c == VERBATIM_CLOSE:
+                self.inside = False
+        return touched
+
+
 class Speaker:
     """Strips markdown line by line; keeps whether we are inside a code fence."""
 
@@ -34,6 +73,7 @@ class Speaker:
         self.in_fence = False
         self.buffer = ""
         self.blank = True  # the last emitted line was blank (or nothing was emitted yet)
+        self.marks = _Marks()
 
     def feed(self, chunk: str) -> str:
         """Add text; return the speakable form of every line it completed."""
@@ -50,6 +90,9 @@ class Speaker:
 
     def _line(self, line: str, newline: bool = True) -> str:
         end = "\n" if newline else ""
+        if self.marks.line_is_verbatim(line):
+            self.blank = False
+            return unmark(line) + end  # every character, as it will run
         if FENCE.match(line):
             self.in_fence = not self.in_fence
             return ""
@@ -96,10 +139,15 @@ def speakable(text: str) -> str:
 
 
 def unfence(text: str) -> str:
-    """Drop markdown fence lines (the code between them stays): plain replies are for people."""
+    """Drop markdown fence lines (the code between them stays): plain replies are for people.
+    Verbatim spans stay whole."""
     if "```" not in text and "~~~" not in text:
-        return text
-    return "\n".join(line for line in text.split("\n") if not FENCE.match(line))
+        return unmark(text)
+    marks = _Marks()
+    kept = [
+        line for line in text.split("\n") if marks.line_is_verbatim(line) or not FENCE.match(line)
+    ]
+    return unmark("\n".join(kept))
 
 
 def _flag(headers: Any, query: Any, name: str, default: bool) -> bool:

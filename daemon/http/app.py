@@ -218,8 +218,10 @@ async def v1(request: Request) -> Response:
     reply = await turn.whole()
     if wants_json(request):
         return JSONResponse(turn.outcome.to_json())
-    if not wants_raw(request.headers, request.query_params):
-        reply = unfence(reply)  # plain text never carries markdown fences unless asked
+    if not speak and not wants_raw(request.headers, request.query_params):
+        # plain text never carries markdown fences unless asked (speech has none left, and
+        # its verbatim spans were kept whole already)
+        reply = unfence(reply)
     return PlainTextResponse(reply if reply.endswith("\n") else reply + "\n")
 
 

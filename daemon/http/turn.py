@@ -18,7 +18,7 @@ from daemon import directives, sessions
 from daemon.backends.accounting import TurnUsage, begin_turn
 from daemon.errors import LmdError
 from daemon.modes import Context, record_turn
-from daemon.speak import speak_stream, speakable
+from daemon.speak import speak_stream, speakable, unmark
 
 if TYPE_CHECKING:
     from daemon.core import Daemon
@@ -161,7 +161,7 @@ async def run_turn(
             if not finished and chunks and outcome.reply_prompt_id is None:
                 # The client went away mid-stream: keep what was said, marked as cut.
                 outcome.reply_prompt_id = store_turn(
-                    "assistant", "".join(chunks), ctx.reply_kind, status="partial"
+                    "assistant", unmark("".join(chunks)), ctx.reply_kind, status="partial"
                 )
                 store.save_session(session)
         status = "ok"
@@ -172,7 +172,7 @@ async def run_turn(
             if say_cut and chunks:
                 chunks.append(LENGTH_NOTE)
                 yield LENGTH_NOTE
-        reply = "".join(chunks)
+        reply = unmark("".join(chunks))
         outcome.reply = reply
         outcome.pending = session.pending
         outcome.extra = ctx.extra
@@ -270,9 +270,9 @@ class TurnReply:
         finally:
             daemon.inflight.discard(task)
         if self.speak:
-            reply = speakable(reply)
+            reply = speakable(reply)  # verbatim spans (a command to approve) pass untouched
             self.outcome.extra = {**self.outcome.extra, "speech": reply}
-        return reply
+        return reply  # with its verbatim marks for unfence(); JSON reads outcome.reply
 
     async def start(self) -> str | None:
         """Pull the first chunk (None for an empty reply) before the response begins."""
@@ -283,12 +283,12 @@ class TurnReply:
         """The started stream as server-sent events in `form`, ending with [DONE]."""
         said = [self.first or ""]
         try:
-            for event in form.opening(self.first):
+            for event in form.opening(None if self.first is None else unmark(self.first)):
                 yield event
             async for chunk in self.chunks:
                 said.append(chunk)
-                yield form.chunk(chunk)
-            for event in form.closing("".join(said)):
+                yield form.chunk(unmark(chunk))
+            for event in form.closing(unmark("".join(said))):
                 yield event
         except LmdError as e:
             yield form.error(e)

@@ -330,6 +330,7 @@ async def _chat(request: Any) -> Any:
         read_json,
         session_name,
         tokens,
+        unmark,
         wants_speech,
         working_directory,
     )
@@ -375,7 +376,7 @@ async def _chat(request: Any) -> Any:
     if chat.stream:
         await turn.start()
         return StreamingResponse(turn.events(form), media_type="text/event-stream")
-    return JSONResponse(form.completion(await turn.whole()))
+    return JSONResponse(form.completion(unmark(await turn.whole())))
 
 
 class ChatFormat:

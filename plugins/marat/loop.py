@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from daemon.api import Context, daemon_secrets, plural, sandbox
+from daemon.api import Context, daemon_secrets, plural, sandbox, verbatim
 
 from . import audit, prompt, safety
 from .execute import execute, start_dir
@@ -57,6 +57,7 @@ class Task:
         return {
             "kind": "approval",
             "command": command,
+            "sha256": fingerprint(command),  # the yes runs this text and nothing else
             "question": asked,
             "instruction_id": self.instruction_id,
             "loop_ids": self.loop_ids,
@@ -90,7 +91,15 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
         if word is not None:
             task.loop_ids.append(ctx.user_prompt_id)  # a bare "yes" is not worth keeping
         if word == "yes":
-            async for chunk in _resume(ctx, task, pending["command"]):
+            command = pending["command"]
+            if pending.get("sha256") != fingerprint(command):
+                ctx.reply_kind = "decorative"
+                yield (
+                    "The command waiting for your yes is not the one I asked about, so I ran "
+                    "nothing; say the task again."
+                )
+                return
+            async for chunk in _resume(ctx, task, command):
                 yield chunk
             return
         _finish_karma(ctx, task, done=False)
@@ -127,9 +136,27 @@ def _pending_approval(ctx: Context) -> dict | None:
     return None
 
 
-def question(command: str, why: str = "") -> str:
-    asked = f"I am about to run: {command}. Say yes to run it, or no."
+def question(command: str, why: str = "", marked: bool = False) -> str:
+    """The question that asks for a yes: the exact command, every line and character (marked
+    verbatim for the reply, so no plain, spoken or streamed form drops a line starting ``` or
+    a `*`); a command of several lines says so first, for a voice."""
+    shown = verbatim(command) if marked else command
+    lines = command.count("\n") + 1
+    if lines > 1:
+        asked = (
+            f"I am about to run a {lines}-line command; read it before you say yes:\n{shown}\n"
+            "Say yes to run it, or no."
+        )
+    else:
+        asked = f"I am about to run: {shown}. Say yes to run it, or no."
     return f"{asked} {why}" if why else asked
+
+
+def fingerprint(command: str) -> str:
+    """What a yes is bound to: the exact text asked about."""
+    import hashlib
+
+    return hashlib.sha256(command.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _remember(ctx: Context, fact: str) -> str:
@@ -189,7 +216,7 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
             ctx.set_pending(task.to_pending(command, asked))
             ctx.state["approval"] = ctx.session.pending
             ctx.reply_kind = "decorative"
-            yield asked
+            yield question(command, decision.why, marked=True)
             return
         await _run(ctx, task, command, decision.approval, level=decision.level)
     _finish_karma(ctx, task, done=False)

@@ -389,12 +389,13 @@ def world(tmp_path_factory):
 @pytest.fixture(scope="module")
 def runs(world):
     """Run the corpus through the daemons once; the tests below read what happened."""
-    before = {"canary": tree_hash(world.canary), "home": tree_hash(world.home)}
     no_bwrap = {"LMD_BWRAP": str(world.root / "no-such-bwrap")}
     with ThreadPoolExecutor(2) as pool:  # both start at once: most of a start is imports
         starting = pool.submit(world.start, "lmd-home-nosandbox", no_bwrap)
         sandboxed = world.start("lmd-home")
         bare = starting.result()
+    # after the starts: a daemon lists its home in ~/.local/state/lmd (for the sandbox to hide)
+    before = {"canary": tree_hash(world.canary), "home": tree_hash(world.home)}
     default = world.run_corpus(sandboxed, "default")
     default_audit = audit(sandboxed)
     world.trust.write_text("")
