@@ -91,6 +91,9 @@ _GROUPS: dict[str, dict[str, str]] = {
         "command_env": "daemon.execution.sandbox",
         "Policy": "daemon.execution.sandbox",
         "sandbox": "daemon.execution.sandbox",
+        "protected_in": "daemon.execution.protected",
+        "why_protected": "daemon.execution.protected",
+        "hooks_path": "daemon.execution.protected",
     },
     # The language model backend.
     "LLM": {
@@ -180,6 +183,9 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "command_env",
     "Policy",
     "sandbox",
+    "protected_in",
+    "why_protected",
+    "hooks_path",
     "LLM",
     "api_key",
     "base_url",
@@ -239,6 +245,7 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.core import Daemon, Registry, check_setting, collect
     from daemon.errors import BackendError, LmdError
     from daemon.execution import sandbox
+    from daemon.execution.protected import hooks_path, protected_in, why_protected
     from daemon.execution.runner import CommandResult, daemon_secrets, run_command, usable_cwd
     from daemon.execution.sandbox import Policy, command_env
     from daemon.home import PRIVATE_FILES, default_home

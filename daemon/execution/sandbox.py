@@ -146,13 +146,15 @@ class Policy:
 
     @property
     def protected_inside(self) -> tuple[str, ...]:
-        """Inside a writable root its `.git` stays read-only: a sandboxed build must not plant
-        a hook or a config (core.fsmonitor) that a later, approved git command would run."""
-        found = []
+        """Inside a writable root, what other tools run on their own stays read-only: every
+        `.git` at any depth, the hooks path, build, task and package files (see
+        daemon/execution/protected.py). A sandboxed build must not plant a hook, a config
+        (core.fsmonitor) or a Makefile rule that a later, approved command would run."""
+        from daemon.execution.protected import protected_in
+
+        found: list[str] = []
         for root in self.writable:
-            git = os.path.join(root, ".git")
-            if os.path.lexists(git):
-                found.append(git)
+            found += protected_in(root)
         return tuple(found)
 
 

@@ -8,13 +8,15 @@ it asks, and a build the user approved runs outside the sandbox.
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import AsyncIterator
 from typing import Any
 
-from daemon.api import LmdError, sandbox
+from daemon.api import LmdError, protected_in, sandbox, verbatim
 
 from . import build, focus, prompts
-from .edits import apply_and_record, ask_for_patch
+from .edits import apply_and_record, ask_for_patch, planting
 from .focus import Focus
 from .intents import plural
 from .job import Job, approval_level, ask
@@ -70,6 +72,8 @@ async def compile_request(job: Job, fix: bool) -> AsyncIterator[str]:
         if why_not:
             question += f" (It cannot run in the sandbox at once: {why_not}.)"
         pending = {"action": "fix" if fix else "compile", "repo": job.repo, "command": command}
+        # the yes covers the build as it is now: its command and the files it runs
+        pending["inputs"] = build_inputs(job.repo)
         yield ask(job.ctx, question, {**pending, "why": why})
         return
     if fix:
@@ -83,6 +87,7 @@ async def run_build(job: Job, command: str, policy: Any = None):
     from daemon.api import daemon_secrets, run_command
 
     s = job.ctx.settings
+    before = set(protected_in(job.repo)) if policy is not None else set()
     result = await run_command(
         command,
         job.repo,
@@ -92,6 +97,19 @@ async def run_build(job: Job, command: str, policy: Any = None):
         secrets=daemon_secrets(job.ctx.daemon),
         passthrough=s.get("command_env_passthrough", []),
     )
+    if policy is not None:
+        # What exists was read-only in the sandbox; what the build created there (a new
+        # Makefile, a nested .git, a hook) would run later, outside it: it goes.
+        planted = sorted(set(protected_in(job.repo)) - before)
+        for path in planted:
+            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.unlink(path)
+        if planted:
+            names = ", ".join(os.path.relpath(p, job.repo) for p in planted[:5])
+            result.output += (
+                f"\n[lmd removed what the build created that other tools would run on their "
+                f"own: {names}]"
+            )
+            job.ctx.extra["removed_planted"] = [os.path.relpath(p, job.repo) for p in planted]
     if result.exit_code == 0:
         result.blocked = None  # a passing build was not stopped, whatever it printed
     if result.blocked:
@@ -167,6 +185,21 @@ async def compile_and_fix(job: Job, command: str, why: str | None, policy: Any =
         ]
         try:
             patch = await ask_for_patch(job, messages)
+            planted = planting(job.repo, patch)
+            if planted:
+                # the yes to this build did not cover a change to what builds run (a
+                # rewritten Makefile would run in the next round, unasked): stop and ask
+                job.ctx.extra["diff"] = patch.text
+                said.append(
+                    ask(
+                        job.ctx,
+                        f"In round {rounds} the model's change {planted}, so it needs your "
+                        f"yes. The diff:\n{verbatim(patch.text.rstrip())}\nShall I apply it? "
+                        "Say yes or no.",
+                        {"action": "apply", "repo": job.repo, "patch": patch.text},
+                    )
+                )
+                return " ".join(x for x in said if x)
             summary = await apply_and_record(job, patch)
         except LmdError as e:
             if e.status >= 500 or e.kind == "backend":
@@ -226,3 +259,22 @@ def _fix_targets(job: Job, output: str) -> list[Focus]:
 def _render(job: Job, targets: list[Focus]) -> str:
     share = job.max_tokens // len(targets)
     return "\n\n".join(focus.render(t, job.lines(t.file), share, job.model) for t in targets)
+
+
+def build_inputs(repo: str) -> dict[str, str]:
+    """{path: sha256} of the files a build runs (Makefile, package.json, conftest.py, ...;
+    daemon/execution/protected.py): a yes to a build is a yes to these as they are now."""
+    import hashlib
+
+    found = {}
+    for path in protected_in(repo):
+        if os.path.isfile(path):
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, repo)] = hashlib.sha256(f.read()).hexdigest()
+    return found
+
+
+def changed_inputs(repo: str, asked: dict[str, str]) -> list[str]:
+    """The build files that changed, appeared or went since the question was asked."""
+    now = build_inputs(repo)
+    return sorted(p for p in set(asked) | set(now) if asked.get(p) != now.get(p))

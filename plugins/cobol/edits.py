@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from daemon.api import LmdError
+from daemon.api import LmdError, hooks_path, verbatim, why_protected
 
 from . import focus, patches, prompts
 from .intents import EDIT_TARGET, plural
@@ -34,6 +34,18 @@ async def edit(job: Job, text: str) -> AsyncIterator[str]:
     ]
     await refuse_conflicts(job)  # before asking the model, not only before applying
     patch = await ask_for_patch(job, messages)
+    planted = planting(job.repo, patch)
+    if planted:
+        # an edit that would run later on its own is never applied without a yes, whatever
+        # the approval setting: the question shows the whole diff, verbatim
+        job.ctx.extra["diff"] = patch.text
+        yield ask(
+            job.ctx,
+            f"The model's change {planted}, so it needs your yes. The diff:\n"
+            f"{verbatim(patch.text.rstrip())}\nShall I apply it? Say yes or no.",
+            {"action": "apply", "repo": job.repo, "patch": patch.text},
+        )
+        return
     if approval_level(job.ctx) == "always":
         summary = describe_patch(job, patch, before=True)
         job.ctx.extra["diff"] = patch.text
@@ -44,6 +56,24 @@ async def edit(job: Job, text: str) -> AsyncIterator[str]:
         )
         return
     yield await apply_and_record(job, patch)
+
+
+def planting(repo: str, patch: patches.Patch) -> str | None:
+    """Why a patch would plant something that runs later (a hook, a build or task file, an
+    executable bit), in words; None when it is an ordinary edit."""
+    hooks = hooks_path(repo)
+    for path in [*patch.paths, *patch.renames]:
+        why = why_protected(path, hooks)
+        if why:
+            return f"touches {path}: {why[len(path) + 1 :] if why.startswith(path) else why}"
+    for line in patch.text.splitlines():
+        if line.startswith(("new mode ", "new file mode ")) and line.split()[-1] in (
+            "100755",
+            "120000",
+        ):
+            what = "a symbolic link" if line.endswith("120000") else "an executable file"
+            return f"makes {what}"
+    return None
 
 
 async def refuse_conflicts(job: Job) -> None:

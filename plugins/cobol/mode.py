@@ -13,10 +13,16 @@ from collections.abc import AsyncIterator
 from daemon.api import Context
 
 from . import focus, patches
-from .compiling import compile_and_fix, compile_once, compile_request
+from .compiling import (
+    build_inputs,
+    changed_inputs,
+    compile_and_fix,
+    compile_once,
+    compile_request,
+)
 from .edits import apply_and_record, edit, show_diff, undo
 from .intents import HELP, classify, yes_or_no
-from .job import Job, focus_from_words, supersede_focus
+from .job import Job, ask, focus_from_words, supersede_focus
 from .repo import chosen_directory, find_root
 
 
@@ -88,7 +94,18 @@ async def _resume(ctx: Context, pending: dict, yes: bool) -> AsyncIterator[str]:
     if pending["action"] == "apply":
         patch = patches.parse(pending["patch"])
         yield await apply_and_record(job, patch)
-    elif pending["action"] == "compile":
-        yield await compile_once(job, pending["command"], pending.get("why"))
-    elif pending["action"] == "fix":
-        yield await compile_and_fix(job, pending["command"], pending.get("why"))
+    elif pending["action"] in ("compile", "fix"):
+        changed = changed_inputs(job.repo, pending.get("inputs") or {})
+        if changed:
+            # the build's files changed after the question: the yes was not for these
+            shown = ", ".join(changed[:5])
+            yield ask(
+                ctx,
+                f"Since I asked, the build's files changed ({shown}); {pending['command']} "
+                "would run them as they are now. Shall I run it? Say yes or no.",
+                {**pending, "inputs": build_inputs(job.repo)},
+            )
+        elif pending["action"] == "compile":
+            yield await compile_once(job, pending["command"], pending.get("why"))
+        else:
+            yield await compile_and_fix(job, pending["command"], pending.get("why"))

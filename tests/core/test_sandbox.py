@@ -385,7 +385,7 @@ def _second_user() -> str | None:
 SECOND_USER_SCRIPT = """
 import os, subprocess, sys
 sys.path.insert(0, os.environ["SANDBOX_DIR"])
-import sandbox
+from daemon.execution import sandbox
 found = sandbox.detect()
 assert found.kind == "bwrap", found
 cwd = os.environ["WORK"]
@@ -412,8 +412,11 @@ def test_process_limit_is_per_sandbox_for_an_ordinary_user(request):
         pytest.skip("needs root, setpriv, /usr/bin/python3 and useradd to make a second user")
     work = Path(tempfile.mkdtemp(prefix="lmd-second-user-"))  # pytest's tmp is 0700
     request.addfinalizer(lambda: shutil.rmtree(work, ignore_errors=True))
-    shutil.copy(sandbox.__file__, work / "sandbox.py")
-    work.chmod(0o755)
+    # lmd's core as plain files the second user can read (the venv lives under /root)
+    daemon_dir = Path(sandbox.__file__).resolve().parent.parent
+    shutil.copytree(daemon_dir, work / "daemon", ignore=shutil.ignore_patterns("__pycache__"))
+    for p in [work, *work.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
     done = subprocess.run(
         [
             "setpriv",
