@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -108,11 +110,29 @@ def usable_cwd(cwd: str | None) -> tuple[str, str | None]:
     return str(probe), f"The directory {path} no longer exists; I am in {probe} instead."
 
 
+@lru_cache(maxsize=1)
+def _reaper_source() -> str:
+    return (Path(__file__).with_name("reaper.py")).read_text(encoding="utf-8")
+
+
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+async def _end(proc: asyncio.subprocess.Process) -> None:
+    """End a command that must stop now: the reaper first (SIGTERM: it kills the whole tree,
+    setsid'd processes too, then exits), then its process group for good measure."""
+    if proc.returncode is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(proc.wait(), 2.0)
+        except (ProcessLookupError, TimeoutError):
+            pass
+    _kill_group(proc)
+    await proc.wait()
 
 
 async def run_command(
@@ -146,7 +166,10 @@ async def run_command(
         fds = (*pass_fds, *prepared.pass_fds)
     else:
         script = f"{setup}\n{command}" if setup else command
-        argv, fds = ["bash", "-c", script], tuple(pass_fds)
+        # under the reaper: what the command leaves behind (setsid, nohup, double forks)
+        # ends with it, as the sandbox's own pid namespace ends everything inside it
+        argv = [sys.executable, "-I", "-S", "-c", _reaper_source(), "bash", "-c", script]
+        fds = tuple(pass_fds)
     try:
         result = await _run(argv, cwd, timeout, max_chars, variables, fds, prepared)
     finally:
@@ -221,10 +244,14 @@ async def _run(
         await asyncio.wait_for(proc.wait(), timeout)
     except TimeoutError:
         timed_out = True
-        _kill_group(proc)
-        await proc.wait()
+        await _end(proc)
     except asyncio.CancelledError:
-        _kill_group(proc)
+        # cut (shutdown): the reaper ends the tree now, the group goes a moment later
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        asyncio.get_running_loop().call_later(2.0, _kill_group, proc)
         reader.cancel()
         raise
     try:

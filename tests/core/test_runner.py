@@ -3,6 +3,8 @@
 import asyncio
 import os
 
+import pytest
+
 from daemon.execution.runner import cut, run_command, usable_cwd
 
 
@@ -55,3 +57,21 @@ def test_vanished_directory_falls_back_to_its_parent(tmp_path):
     assert path == str(tmp_path) and "no longer exists" in note
     assert usable_cwd(str(tmp_path)) == (str(tmp_path), None)
     assert usable_cwd(None)[0] == os.path.expanduser("~")
+
+
+@pytest.mark.parametrize("timeout", [10.0, 0.5])
+def test_an_approved_commands_whole_tree_ends_with_it(tmp_path, timeout):
+    """setsid, nohup, a subshell's background job and a double fork all end with the command
+    (it finished, or its timeout cut it): unsandboxed, the reaper ends what a pid namespace
+    ends in the sandbox."""
+    from tests.daemons import processes_with
+
+    marker = f"31.{os.getpid()}{int(timeout * 10)}"
+    command = (
+        f"setsid sleep {marker} & nohup sleep {marker} >/dev/null 2>&1 & "
+        f"(sleep {marker} &) ; bash -c 'sleep {marker} & disown' ; "
+        f"echo started; {'sleep 5' if timeout < 1 else 'true'}"
+    )
+    r = asyncio.run(run_command(command, str(tmp_path), timeout, 4000))
+    assert "started" in r.output and r.timed_out == (timeout < 1)
+    assert processes_with(marker) == []

@@ -19,6 +19,9 @@ from tests.daemons import (
 )
 from tests.fake_backend import Reply
 
+# The command's process group (the reaper that ends its tree leads it, not bash itself).
+PGID = "ps -o pgid= -p $$ | tr -d ' '"
+
 
 def _stream(url: str, session: str, text: str, out: dict) -> None:
     req = urllib.request.Request(
@@ -60,7 +63,7 @@ def test_sigterm_finishes_in_flight_work_and_kills_the_command_group(home, backe
         threading.Thread(
             target=lambda: results.__setitem__(
                 "cmd",
-                say(d.url, "cmd", f"runcmd echo $$ > {pgid_file}; sleep 60 & sleep 60; echo done"),
+                say(d.url, "cmd", f"runcmd {PGID} > {pgid_file}; sleep 60 & sleep 60; echo done"),
             )
         ),
     ]
@@ -101,7 +104,7 @@ def test_sigterm_finishes_in_flight_work_and_kills_the_command_group(home, backe
     users = {r[0] for r in conn.execute("SELECT content FROM prompts WHERE role = 'user'")}
     conn.close()
     assert {"take your time", "stream please"} <= users
-    assert any(u.startswith("echo $$") for u in users)
+    assert any(u.startswith(PGID) for u in users)
     # The cut command's turn is marked as such, not left looking unanswered.
     conn = sqlite3.connect(home / "lmd.db")
     rows = conn.execute(
@@ -137,7 +140,7 @@ def test_sigterm_while_marat_runs_a_real_command(home, backend, live, tmp_path):
     d = live()
     pgid_file = tmp_path / "pgid"
     marker = "31.4159"  # a sleep length no other process on the machine uses
-    backend.queue(action(f"echo $$ > {pgid_file}; sleep {marker} & sleep {marker}; echo done"))
+    backend.queue(action(f"{PGID} > {pgid_file}; sleep {marker} & sleep {marker}; echo done"))
     result: dict = {}
     t = threading.Thread(target=lambda: result.update(r=say(d.url, "m", "marat wait a while")))
     t.start()
