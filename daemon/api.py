@@ -116,6 +116,8 @@ _GROUPS: dict[str, dict[str, str]] = {
         "part_of": "daemon.shards",
         "describe_parts": "daemon.shards",
         "file_sha256": "daemon.shards",
+        "csv_cell": "daemon.tables",
+        "csv_value": "daemon.tables",
     },
 }
 
@@ -202,6 +204,8 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "part_of",
     "describe_parts",
     "file_sha256",
+    "csv_cell",
+    "csv_value",
 ]
 
 
@@ -266,5 +270,6 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.settings import Setting, SettingError, Settings, env_name, refuse_if_protected
     from daemon.shards import Shard, describe_parts, file_sha256, parse_shard, part_of
     from daemon.speak import unmark, verbatim, wants_speech
+    from daemon.tables import csv_cell, csv_value
     from daemon.terminal import clean
     from daemon.words import plural

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from daemon.api import LmdError, home_option, plural, refuse_overwrite
+from daemon.api import LmdError, csv_cell, home_option, plural, refuse_overwrite
 
 FORMATS = ("table", "csv", "json", "markdown")
 FILE = click.Path(dir_okay=False, path_type=Path)
@@ -589,13 +589,13 @@ def matrix(
     order = [battles.models.index(m) for m in models]
     text = io.StringIO()
     w = csv.writer(text, lineterminator="\n")
-    w.writerow(["model", *models])
+    w.writerow(["model", *map(csv_cell, models)])  # model names: no formula cells
     for i, m in zip(order, models, strict=True):
         cells = []
         for j in order:
             v = values[i, j]
             cells.append("" if v != v else (f"{int(v)}" if kind == "battles" else f"{v:.4f}"))
-        w.writerow([m, *cells])
+        w.writerow([csv_cell(m), *cells])
     if output:
         write_text(output, text.getvalue())
     else:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemon.api import LmdError, write_atomic
+from daemon.api import LmdError, csv_cell, csv_value, write_atomic
 
 from .ratings import normalise_winner
 
@@ -102,7 +102,7 @@ def read_table(path: str | Path, allow_empty: bool = False) -> Table:
             if allow_empty:
                 return Table(name, [], [], [])
             raise EloFileError(f"{name} is empty; it needs a header row and at least one row.")
-        header = [h.strip() for h in header]
+        header = [csv_value(h.strip()) for h in header]
         drop_index = header[0] == "" or header[0].lower() == "unnamed: 0"
         columns = header[1:] if drop_index else header
         dupes = sorted({c for c in columns if columns.count(c) > 1})
@@ -122,7 +122,7 @@ def read_table(path: str | Path, allow_empty: bool = False) -> Table:
                     f"{len(columns)}; quote fields that contain commas."
                 )
             record += [""] * (len(columns) - len(record))
-            record = ["" if cell.strip() in NA_VALUES else cell for cell in record]
+            record = ["" if cell.strip() in NA_VALUES else csv_value(cell) for cell in record]
             rows.append(dict(zip(columns, record, strict=True)))
             lines.append(start)
             start = reader.line_num + 1
@@ -139,9 +139,9 @@ def write_table(path: str | Path, columns: Sequence[str], rows: Iterable[dict]) 
     """Write a CSV atomically (temp file + rename); '-' writes to stdout."""
     text = io.StringIO(newline="")
     writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
+    writer.writerow([csv_cell(c) for c in columns])
+    for row in rows:  # formula cells neutralised: answers and names come from models
+        writer.writerow([csv_cell("" if row.get(c) is None else row.get(c)) for c in columns])
     write_text(path, text.getvalue())
 
 

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.api import LmdError, plural
+from daemon.api import LmdError, csv_cell, plural
 
 from .ratings import (
     Battles,
@@ -158,7 +158,7 @@ def render(board: dict[str, Any], fmt: str) -> str:
             cols = [c for c in cols if c not in ("median", "ci_low", "ci_high")]
         w = csv.DictWriter(text, cols, extrasaction="ignore", lineterminator="\n")
         w.writeheader()
-        w.writerows(rows)
+        w.writerows([{k: csv_cell(v) for k, v in r.items()} for r in rows])  # model names
         return text.getvalue().rstrip("\n")
     head = ["Rank", "Model", "Rating", "Median", "95% CI", "Battles", "Win rate"]
     body = [

@@ -161,9 +161,11 @@ def _print(columns: list[str], rows: list[tuple], as_json: bool, as_csv: bool) -
         data = [dict(zip(columns, map(cell, r), strict=True)) for r in rows]
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
     elif as_csv:
+        from daemon.api import csv_cell
+
         out = csv.writer(sys.stdout, lineterminator="\n")
-        out.writerow(columns)
-        out.writerows([list(map(cell, r)) for r in rows])
+        out.writerow([csv_cell(c) for c in columns])
+        out.writerows([[csv_cell(cell(v)) for v in r] for r in rows])
     else:
         if columns:
             click.echo("\t".join(columns))
