@@ -137,11 +137,16 @@ def read_table(path: str | Path, allow_empty: bool = False) -> Table:
 
 def write_table(path: str | Path, columns: Sequence[str], rows: Iterable[dict]) -> None:
     """Write a CSV atomically (temp file + rename); '-' writes to stdout."""
+    cells = [[csv_cell("" if row.get(c) is None else row.get(c)) for c in columns] for row in rows]
+    # formula cells neutralised (answers and names come from models); a carriage return in a
+    # cell is no line end to csv's minimal quoting, so such a file quotes every cell
+    carriage = any(isinstance(v, str) and "\r" in v for r in cells for v in r)
     text = io.StringIO(newline="")
-    writer = csv.writer(text, lineterminator="\n")
+    writer = csv.writer(
+        text, lineterminator="\n", quoting=csv.QUOTE_ALL if carriage else csv.QUOTE_MINIMAL
+    )
     writer.writerow([csv_cell(c) for c in columns])
-    for row in rows:  # formula cells neutralised: answers and names come from models
-        writer.writerow([csv_cell("" if row.get(c) is None else row.get(c)) for c in columns])
+    writer.writerows(cells)
     write_text(path, text.getvalue())
 
 
