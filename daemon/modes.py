@@ -73,6 +73,7 @@ class Context:
     extra: dict[str, Any] = field(default_factory=dict)  # added to the JSON reply
     reply_kind: str = "default"  # karma kind of the stored reply
     reply_meta: dict[str, Any] = field(default_factory=dict)
+    cwd_given: bool = False  # the client sent its working directory with this utterance
 
     @property
     def store(self) -> Store:

@@ -135,6 +135,7 @@ async def run_turn(
             streaming=streaming,
             pending=pending,
             now=now,
+            cwd_given=bool(cwd),
         )
         chunks: list[str] = []
         finished = False

@@ -44,6 +44,10 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
         return
     job = Job(ctx, await find_root(chosen_directory(ctx.settings["cobol_repo"], ctx.session.cwd)))
     ctx.extra["repo"] = job.repo
+    if not ctx.cwd_given and not ctx.settings["cobol_repo"].strip():
+        # the directory is where the session was left (marat's last cd, an earlier request):
+        # say so, so a change never lands in a repository the user did not mean
+        yield f"(I am working in {job.repo}, where this session's last directory was.) "
     ctx.extra["focus"] = job.focus.to_state() if job.focus else None
     if intent == "status":
         current = job.focus

@@ -107,3 +107,23 @@ def test_a_sandboxed_build_cannot_plant_in_nested_repositories_or_build_files(
     assert (repo / "Makefile").read_text() == "all:\n\ttrue\n"
     assert not (repo / "sub" / "Makefile").exists()  # created, then removed
     assert "sub/Makefile" in out["build"]["output"] and "lmd removed" in out["build"]["output"]
+
+
+def test_cobol_says_which_repository_when_the_session_chose_it(make_client, tmp_path, backend):
+    """marat's `cd` moved the session; a later cobol request without a working directory names
+    the repository it works in rather than choosing it silently."""
+    from tests.plugins.marat.conftest import action, final
+
+    repo = make_repo(tmp_path / "elsewhere")
+    c = make_client(marat_approval="never")
+    backend.queue(action(f"cd {repo}"), final("Moved."))
+    c.post("/v1", content="marat go to the other project", headers={"X-Cwd": str(tmp_path)})
+    out = c.post("/v1", content="cobol what is the focus", headers={"Accept": "application/json"})
+    assert out.json()["reply"].startswith(f"(I am working in {repo.resolve()}, where this")
+    # with the client's own directory, nothing to say
+    out = c.post(
+        "/v1",
+        content="cobol what is the focus",
+        headers={"Accept": "application/json", "X-Cwd": str(repo)},
+    )
+    assert not out.json()["reply"].startswith("(I am working in")
