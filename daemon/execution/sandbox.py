@@ -277,6 +277,7 @@ class Availability:
     pids_cgroup: str | None = None  # root only: where per-command pids cgroups are made
     warnings: tuple[str, ...] = ()
     setpriv: str | None = None  # root only: how commands become ROOT_RUNS_AS before bwrap
+    memory_cgroup: str | None = None  # where per-command memory cgroups are made, if anywhere
 
     @property
     def available(self) -> bool:
@@ -357,6 +358,7 @@ def _detect_bwrap() -> Availability:
         seccomp=seccomp,
         pids_cgroup=_pids_cgroup_base() if os.geteuid() == 0 else None,
         setpriv=setpriv,
+        memory_cgroup=_memory_cgroup_base(),
     )
     problem = _probe(found)
     if problem:
@@ -379,10 +381,18 @@ def _detect_bwrap() -> Availability:
             "lmd runs as root and no pids cgroup can be made, so the process limit is not "
             "enforced (the kernel ignores it for root); run lmd as an ordinary user."
         )
+    if found.memory_cgroup is None:
+        warnings.append(
+            "No memory cgroup can be made here, so memory is limited per process, not per "
+            "command (a pipeline of several memory-hungry processes can use more); run lmd "
+            "as root or in a session with a delegated cgroup (systemd-run --user --scope -p "
+            "Delegate=yes) for a limit on the whole command."
+        )
     how = "a pids cgroup" if found.pids_cgroup else "a per-sandbox rlimit"
+    memory = "a memory cgroup for the whole command" if found.memory_cgroup else "per process"
     reason = (
         f"Commands that run without asking run in a bubblewrap sandbox ({binary}; processes "
-        f"limited by {how})."
+        f"limited by {how}, memory {memory})."
     )
     if setpriv:
         reason = reason[:-2] + f"; as root, they run as the unprivileged user {_user_name()})."
@@ -395,6 +405,7 @@ def _detect_bwrap() -> Availability:
         pids_cgroup=found.pids_cgroup,
         warnings=tuple(warnings),
         setpriv=setpriv,
+        memory_cgroup=found.memory_cgroup,
     )
 
 
@@ -508,6 +519,36 @@ def _pids_cgroup_base() -> str | None:
     return None
 
 
+def _memory_cgroup_base() -> str | None:
+    """A directory where per-command memory cgroups can be made, or None: cgroup v1's memory
+    hierarchy, or a v2 cgroup with memory delegated (root, or a user whose session cgroup is
+    delegated to them)."""
+    candidates = []
+    v1 = _own_cgroup("memory")
+    if v1 is not None and os.path.isdir("/sys/fs/cgroup/memory"):
+        candidates.append(os.path.join("/sys/fs/cgroup/memory", v1.lstrip("/")))
+    v2 = _own_cgroup("")
+    for mount in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+        if v2 is not None and os.path.isfile(os.path.join(mount, "cgroup.subtree_control")):
+            here = os.path.join(mount, v2.lstrip("/"))
+            try:
+                if "memory" in Path(here, "cgroup.subtree_control").read_text().split():
+                    candidates.append(here)
+            except OSError:
+                pass
+    for parent in candidates:
+        base = os.path.join(parent, "lmd-sandbox")
+        try:
+            os.makedirs(base, exist_ok=True)
+            _remove_orphans(base)
+            probe = MemoryGroup(base, 64)
+            probe.close()
+            return base
+        except OSError:
+            continue
+    return None
+
+
 def _remove_orphans(base: str) -> None:
     """Empty cgroups left by daemons that died (kill -9) before removing them."""
     for name in os.listdir(base):
@@ -547,6 +588,28 @@ class PidsGroup:
                 pass
         _stale.append(self.path)
         sweep_cgroups()
+
+
+class MemoryGroup(PidsGroup):
+    """One command's memory cgroup: the whole tree's memory, not each process's."""
+
+    def __init__(self, base: str, max_mb: int) -> None:
+        self.path = os.path.join(base, f"cmd-{os.getpid()}-{next(_counter)}")
+        os.mkdir(self.path)
+        limit = str(max_mb * 1024 * 1024)
+        try:
+            if os.path.exists(os.path.join(self.path, "memory.max")):  # cgroup v2
+                Path(self.path, "memory.max").write_text(limit)
+                Path(self.path, "memory.swap.max").write_text("0")
+            else:  # v1; memsw (swap included) only where the kernel accounts swap
+                Path(self.path, "memory.limit_in_bytes").write_text(limit)
+                swap = Path(self.path, "memory.memsw.limit_in_bytes")
+                if swap.exists():
+                    swap.write_text(limit)
+        except OSError:
+            os.rmdir(self.path)
+            raise
+        self.procs = os.path.join(self.path, "cgroup.procs")
 
 
 _stale: list[str] = []
@@ -676,6 +739,7 @@ class Prepared:
     env: dict[str, str] = field(default_factory=dict)  # on top of the command's environment
     cgroup: PidsGroup | None = None
     _fds: list[int] = field(default_factory=list)
+    memory: MemoryGroup | None = None
 
     def started(self) -> None:
         """The child has the fds now: close the parent's copies."""
@@ -689,9 +753,10 @@ class Prepared:
     def close(self) -> None:
         """Kill whatever is left in the command's cgroup and remove it."""
         self.started()
-        if self.cgroup is not None:
-            self.cgroup.close()
-            self.cgroup = None
+        for group in (self.cgroup, self.memory):
+            if group is not None:
+                group.close()
+        self.cgroup = self.memory = None
 
 
 def prepare(policy: Policy, argv: list[str], found: Availability | None = None) -> Prepared:
@@ -807,16 +872,24 @@ def _prepare_bwrap(policy: Policy, argv: list[str], found: Availability) -> Prep
         uid = str(ROOT_RUNS_AS)
         wrapped = [found.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--",
                    *wrapped]  # fmt: skip
-    cgroup = None
+    cgroup = memory = None
     if found.pids_cgroup:
         try:
             cgroup = PidsGroup(found.pids_cgroup, policy.limits.max_processes)
         except OSError:
             cgroup = None
-    if cgroup is not None:
-        # Join the cgroup before bwrap starts, so nothing it forks is ever outside it.
-        wrapped = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', cgroup.procs, *wrapped]
-    return Prepared(wrapped, tuple(fds), {"TMPDIR": "/tmp"}, cgroup, fds)
+    if found.memory_cgroup:
+        try:
+            memory = MemoryGroup(found.memory_cgroup, policy.limits.memory_mb)
+        except OSError:
+            memory = None
+    joins = [g.procs for g in (cgroup, memory) if g is not None]
+    if joins:
+        # Join the cgroups before bwrap starts, so nothing it forks is ever outside them.
+        script = 'for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f"; done; '
+        script += 'while [ "$1" != -- ]; do shift; done; shift; exec "$@"'
+        wrapped = ["/bin/sh", "-c", script, "sh", *joins, "--", *wrapped]
+    return Prepared(wrapped, tuple(fds), {"TMPDIR": "/tmp"}, cgroup, fds, memory)
 
 
 def wrap_script(

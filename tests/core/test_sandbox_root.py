@@ -142,3 +142,46 @@ def test_git_status_with_a_hook_in_the_repository_cannot_touch_the_kernel(
     finally:
         d.stop()
     assert not (repo / "pwned").exists() and tree_hash(repo) == before
+
+
+def test_memory_is_limited_for_the_whole_command_not_each_process(tmp_path):
+    """Four `tail /dev/zero` in a pipeline each stay under the per-process limit; together
+    they may not pass it: the command's memory cgroup holds the sum."""
+    import threading
+    import time
+
+    found = sandbox.detect()
+    assert found.memory_cgroup, found.warnings
+    limit_mb = 200
+    pol = Policy("read-only", str(tmp_path), str(tmp_path), limits=Limits(memory_mb=limit_mb))
+    peak = {"bytes": 0}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for group in Path(found.memory_cgroup).glob("cmd-*"):
+                for name in ("memory.usage_in_bytes", "memory.current"):
+                    try:
+                        used = int((group / name).read_text())
+                    except (OSError, ValueError):
+                        continue
+                    peak["bytes"] = max(peak["bytes"], used)
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        r = asyncio.run(
+            run_command(
+                "tail /dev/zero | tail /dev/zero | tail /dev/zero | tail /dev/zero; echo end=$?",
+                str(tmp_path),
+                30,
+                4000,
+                sandbox=pol,
+            )
+        )
+    finally:
+        done.set()
+        watcher.join()
+    assert not r.timed_out and "end=" in r.output  # the cgroup ended it, not the timeout
+    assert limit_mb * 0.5 * 2**20 < peak["bytes"] <= limit_mb * 1.02 * 2**20, peak
