@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.daemons import say
+from tests.daemons import configure, say
 from tests.system.load import (
     audit,
     audit_mixed,
@@ -61,13 +61,15 @@ def test_backend_client_is_imported_at_startup_not_on_the_first_request(home):
 
 
 @pytest.mark.slow
-def test_mixed_load_dali_knob_and_marat(home, live, backend):
+def test_mixed_load_dali_knob_and_marat(home, live, backend, tmp_path):
     """Three modes at once: dali replies, knob changes a setting, marat runs a read-only
     command and answers. Every acknowledged turn is stored exactly once with its reply after
     it (marat's command output between them); per session, order is kept; each acknowledged
     marat command ran once; the setting ends at the last acknowledged value."""
     backend.handler = mixed_handler()
     backend.latency = 0.005
+    # marat starts where the sandbox may go (as root it runs as nobody, whom /root refuses)
+    configure(home, marat_start_dir=str(tmp_path))
     d = live()
     run = run_mixed(d.url, requests=90, clients=6)
     figures = run.result.figures()
