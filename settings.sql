@@ -31,6 +31,8 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('embedded_model_path', '');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('embedded_context', '8192');
 -- CPU threads of the embedded model; 0 lets llama.cpp choose. Allowed: a whole number from 0 to 1024.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('embedded_threads', '0');
+-- How modes get an action from the model: auto (native tool calls where the backend has them, else a JSON schema, else text), or tools, schema or text. Allowed: one of auto, tools, schema, text.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('action_protocol', 'auto');
 -- Seconds one backend call may take. Allowed: a number of at least 0.1.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('llm_timeout_secs', '60.0');
 -- Retries of one backend call. Allowed: a whole number from 0 to 10.

@@ -106,6 +106,7 @@ _GROUPS: dict[str, dict[str, str]] = {
         "tokens": "daemon.backends.tokens",
         "Capabilities": "daemon.backends.capabilities",
         "stored_cache": "daemon.backends.capabilities",
+        "action_protocol": "daemon.backends.protocols",
         "choose_backend": "daemon.backends.choice",
     },
     # Sentences and splitting work into parts.
@@ -197,6 +198,7 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "tokens",
     "Capabilities",
     "stored_cache",
+    "action_protocol",
     "choose_backend",
     "plural",
     "Shard",
@@ -244,6 +246,7 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.backends.capabilities import Capabilities, stored_cache
     from daemon.backends.choice import choose_backend
     from daemon.backends.llm import LLM, NO_KEY, api_key, base_url, endpoint_from, shown_url
+    from daemon.backends.protocols import action_protocol
     from daemon.cli import add_history_listing, fail, home_option, open_daemon_state
     from daemon.client import ClientError, daemon_url, request
     from daemon.core import Daemon, Registry, check_setting, collect

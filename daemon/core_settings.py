@@ -205,6 +205,14 @@ CORE_SETTINGS = [
         min=0,
         max=1024,
     ),
+    Setting(
+        "action_protocol",
+        "auto",
+        "choice",
+        "How modes get an action from the model: auto (native tool calls where the backend "
+        "has them, else a JSON schema, else text), or tools, schema or text.",
+        choices=("auto", "tools", "schema", "text"),
+    ),
     Setting("llm_timeout_secs", 60.0, "float", "Seconds one backend call may take.", min=0.1),
     Setting("llm_max_retries", 2, "int", "Retries of one backend call.", min=0, max=10),
     Setting(

@@ -66,6 +66,7 @@ class Reply:
     reset: bool = False
     chunks: list[str] | None = None
     finish_reason: str = "stop"
+    tool_calls: list[tuple[str, str]] | None = None  # (name, arguments as sent), chat only
 
 
 @dataclass
@@ -265,10 +266,17 @@ class _Handler(BaseHTTPRequestHandler):
                 message: dict[str, Any] = {"role": "assistant", "content": r.text}
                 if r.reasoning is not None:
                     message["reasoning_content"] = r.reasoning
+                if r.tool_calls:
+                    message["tool_calls"] = [
+                        {"id": f"call_{k}", "type": "function",
+                         "function": {"name": name, "arguments": args}}
+                        for k, (name, args) in enumerate(r.tool_calls)
+                    ]  # fmt: skip
+                    message["content"] = r.text or None
                 choice: dict[str, Any] = {
                     "index": i,
                     "message": message,
-                    "finish_reason": r.finish_reason,
+                    "finish_reason": "tool_calls" if r.tool_calls else r.finish_reason,
                 }
                 if want_logprobs and r.logprobs is not None:
                     choice["logprobs"] = {"content": _chat_logprobs(r.logprobs)}

@@ -196,7 +196,9 @@ def response_format(schema_format: str, name: str, schema: dict) -> dict:
     with a schema."""
     if schema_format == "json_object":
         return {"type": "json_object", "schema": schema}
-    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+    # not "strict": OpenAI's strict mode refuses keywords such as maxLength that other
+    # servers' grammars honour
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
 
 
 async def _json_schema(send: Send, r: _Result) -> None:

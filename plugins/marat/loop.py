@@ -14,9 +14,9 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from daemon.api import Context, daemon_secrets, plural, sandbox, verbatim
+from daemon.api import Context, action_protocol, daemon_secrets, plural, sandbox, verbatim
 
-from . import audit, prompt, safety
+from . import audit, prompt, protocols, safety
 from .execute import execute, start_dir
 
 # An answer to "Say yes to run it, or no" is made only of these words, with at least one of
@@ -52,6 +52,7 @@ class Task:
     last_command: str | None = None
     last_output: str | None = None
     escalate: bool = False  # the sandbox stopped the last command: the next one asks
+    call_id: str | None = None  # the tool call whose result the next observation is
 
     def to_pending(self, command: str, asked: str) -> dict:
         return {
@@ -62,11 +63,14 @@ class Task:
             "instruction_id": self.instruction_id,
             "loop_ids": self.loop_ids,
             "format_ids": self.format_ids,
+            "call_id": self.call_id,
         }
 
     @classmethod
     def from_pending(cls, p: dict) -> Task:
-        return cls(p["instruction_id"], list(p["loop_ids"]), list(p["format_ids"]))
+        task = cls(p["instruction_id"], list(p["loop_ids"]), list(p["format_ids"]))
+        task.call_id = p.get("call_id")
+        return task
 
 
 @dataclass(frozen=True)
@@ -189,15 +193,18 @@ async def _resume(ctx: Context, task: Task, command: str) -> AsyncIterator[str]:
 async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
     s = ctx.settings
     turns = s["max_thought_loops"]
+    protocol = action_protocol(await ctx.llm.capabilities(), s["action_protocol"])
+    ctx.extra["protocol"] = protocol
     for _ in range(turns):
         cwd, _note = start_dir(ctx.session.cwd, s["marat_start_dir"])
-        messages = [{"role": "system", "content": prompt.system_prompt(s["system"], cwd)}]
-        messages += ctx.messages()
-        # Stopping at "Observation:" keeps the model from inventing a command's output.
+        system = prompt.system_prompt(s["system"], cwd, protocol)
+        messages = [{"role": "system", "content": system}]
+        messages += protocols.history_messages(ctx, protocol)
         limit = {"max_tokens": s["reply_max_tokens"]} if s["reply_max_tokens"] else {}
-        text = await ctx.llm.chat(messages, stop=["\nObservation:"], **limit)
-        task.loop_ids.append(ctx.add_prompt("assistant", text, "default", {"marat": "thought"}))
-        step = prompt.parse_reply(text)
+        asked = await protocols.ask(ctx, messages, protocol, limit)
+        task.loop_ids.append(ctx.add_prompt("assistant", asked.stored, "default", asked.meta))
+        task.call_id = (asked.meta.get("tool_call") or {}).get("id")
+        step = asked.step
         if step.final is not None:
             _finish_karma(ctx, task, done=True)
             yield _final_reply(step.final, task)
@@ -299,6 +306,8 @@ async def _run(
         )
     observation = "\n".join(lines)
     meta = {"marat": "observation", "command": command, "exit_code": r.exit_code}
+    if task.call_id:
+        meta["tool_call_id"] = task.call_id  # replayed as the tool call's result
     prompt_id = ctx.add_prompt("user", observation, "default", meta)
     task.loop_ids.append(prompt_id)
     audit.record(ctx.store, ctx.session.name, r, approval, answer, prompt_id)

@@ -11,6 +11,7 @@ PROMPT_FILE = Path(__file__).with_name("prompt.txt")
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.S)
 _FINAL = re.compile(r"final\s+thought\s*:\s*(.*)", re.I | re.S)
 _SUDO = re.compile(r"(^|[\s;&|(])sudo\b")
+SUDO_RE = _SUDO
 
 # Corrections sent back when a reply breaks the format (stored with decorative karma).
 NO_BLOCK = (
@@ -35,9 +36,36 @@ OTHER_LANGUAGE = (
 SHELL_FENCES = {"", "bash", "sh", "shell", "console", "zsh"}
 
 
-def system_prompt(system: str, cwd: str) -> str:
-    """The system message: the OS named by the `system` setting and the working directory."""
-    return PROMPT_FILE.read_text(encoding="utf-8").format(system=system, cwd=cwd)
+# How to answer, per protocol; the text format's own is in prompt.txt.
+STRUCTURED_FORMATS = {
+    "tools": (
+        "Work in steps. In each reply call exactly one tool:\n"
+        "- bash, with one command (join steps that belong together with &&); I then answer "
+        "with its exit code and output;\n"
+        "- final, with the answer for the user in one or two plain spoken sentences, without "
+        "markdown, when the task is done or cannot be done.\n"
+    ),
+    "schema": (
+        "Work in steps. Each reply is one JSON object: thought (what you need to find out or "
+        'do next, in one sentence), action ("bash" to run a command, "final" when the task is '
+        "done or cannot be done) and text (the one command, joining steps that belong "
+        "together with &&; or the answer for the user in one or two plain spoken sentences, "
+        "without markdown). After a command I answer with:\n"
+        "Observation: the exit code and the output of that command.\n"
+    ),
+}
+
+
+def system_prompt(system: str, cwd: str, protocol: str = "text") -> str:
+    """The system message: the OS named by the `system` setting, the working directory, and
+    how to answer in `protocol` (text, tools or schema)."""
+    text = PROMPT_FILE.read_text(encoding="utf-8").format(system=system, cwd=cwd)
+    if protocol not in STRUCTURED_FORMATS:
+        return text
+    head, rest = text.split("Work in steps.", 1)
+    rules = rest[rest.index("Rules:") :]
+    rules = "\n".join(line for line in rules.splitlines() if "```bash" not in line)
+    return head + STRUCTURED_FORMATS[protocol] + "\n" + rules + "\n"
 
 
 @dataclass(frozen=True)
