@@ -397,7 +397,8 @@ class CapabilityCache:
             self._known[key] = caps
             self._failed.pop(key, None)
             if self._save is not None:
-                self._save(key[0], key[1], caps.to_json())
+                # a database write: off the event loop (another program may hold the lock)
+                await asyncio.to_thread(self._save, key[0], key[1], caps.to_json())
             return caps
 
 

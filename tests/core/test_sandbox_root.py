@@ -160,6 +160,17 @@ def test_memory_is_limited_for_the_whole_command_not_each_process(tmp_path):
     def watch() -> None:
         while not done.is_set():
             for group in Path(found.memory_cgroup).glob("cmd-*"):
+                # only this command's group (other tests' commands run meanwhile, larger)
+                for limit_file in ("memory.limit_in_bytes", "memory.max"):
+                    try:
+                        mine = int((group / limit_file).read_text()) == limit_mb * 2**20
+                    except (OSError, ValueError):
+                        continue
+                    break
+                else:
+                    continue
+                if not mine:
+                    continue
                 for name in ("memory.usage_in_bytes", "memory.current"):
                     try:
                         used = int((group / name).read_text())
