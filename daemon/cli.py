@@ -163,6 +163,8 @@ def say(
     from daemon.client import ClientError
     from daemon.client import say as send
 
+    if not text and sys.stdin.isatty():
+        fail("Say something: lmd say WORDS, or pipe the words in (echo hi | lmd say).")
     utterance = " ".join(text) if text else sys.stdin.read()
     if not utterance.strip():
         fail("Nothing to say: give some words or pipe them on stdin.")
@@ -202,7 +204,14 @@ def open_daemon_state(home: Path | None):
     tokens.remember_warnings_in(home or default_home())
     store = Store((home or default_home()) / "lmd.db")
     store.migrate(registry.migrations)
-    return registry, store, Settings(registry.specs, store.stored_settings())
+    settings = Settings(registry.specs, store.stored_settings())
+    # A bad LMD_<NAME> in the environment is one sentence and a failure wherever settings
+    # are read, never a silent fall back to the stored value.
+    bad_env = [p for p in settings.problems() if p.startswith("The environment variable")]
+    if bad_env:
+        store.close()
+        raise LmdError(bad_env[0])
+    return registry, store, settings
 
 
 @cli.group()

@@ -113,6 +113,12 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
             return
         # Anything else drops the command and is handled as a new task.
         ctx.extra["dropped_command"] = pending["command"]
+    if pending is None and answer_word(ctx.text) is not None:
+        # a bare yes or no with nothing waiting is not a task (a new six-turn task from "no"
+        # surprised people): say so
+        ctx.reply_kind = "decorative"
+        yield "Nothing is waiting for a yes or a no; say what you want done."
+        return
     remembered = _REMEMBER.match(ctx.text)
     if remembered:
         yield _remember(ctx, remembered.group(1).strip())

@@ -137,9 +137,12 @@ def _shorten(text: str, length: int, keep: int, tokens: Tokens) -> str:
 
 # -- rating-prompt templates -----------------------------------------------------------------
 def is_spec_default(path: str | Path) -> bool:
-    """The spec's `rp_file: scorers/SelectIT/rating_prompt.txt` (relative, any prefix)."""
+    """The spec's `rp_file: scorers/SelectIT/rating_prompt.txt` (relative, any prefix), or its
+    bare name `rating_prompt.txt` as the docs' YAML gives it."""
     p = PurePath(path)
-    return not p.is_absolute() and p.parts[-len(SPEC_RP_FILE) :] == SPEC_RP_FILE
+    if p.is_absolute():
+        return False
+    return p.parts[-len(SPEC_RP_FILE) :] == SPEC_RP_FILE or p.parts == SPEC_RP_FILE[-1:]
 
 
 def resolve_rp_file(path: str | Path | None) -> Path | None:

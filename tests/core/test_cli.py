@@ -117,3 +117,22 @@ def test_help_and_say_import_nothing_heavy(shared_daemon):
 def test_version():
     r = lmd("--version")
     assert r.returncode == 0 and "0.1.0" in r.stdout
+
+
+def test_say_without_words_on_a_terminal_says_what_it_expects():
+    """On a terminal `lmd say` alone would wait silently for stdin: it says what it needs."""
+    import pty
+    import subprocess
+    import sys
+
+    main, sub = pty.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "daemon.cli", "say"],
+            stdin=sub, capture_output=True, text=True, timeout=30, cwd=ROOT,
+        )  # fmt: skip
+    finally:
+        os.close(main)
+        os.close(sub)
+    assert done.returncode == 1
+    assert "Say something: lmd say WORDS, or pipe the words in" in done.stderr

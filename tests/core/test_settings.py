@@ -147,3 +147,17 @@ def test_user_values_survive_a_restart_with_settings_sql_reapplied(home):
     store = Store(home / "lmd.db")
     store.migrate()  # applies settings.sql again with INSERT OR IGNORE
     assert store.stored_settings()["system"] == "Debian 12"
+
+
+@pytest.mark.parametrize(
+    "args", [("settings", "get", "max_tokens"), ("settings", "list"), ("history",)]
+)
+def test_a_bad_environment_value_is_one_sentence_and_a_failure(tmp_path, args):
+    from tests.daemons import lmd_in_process
+
+    ran = lmd_in_process(*args, "--home", str(tmp_path / "h"), env={"LMD_MAX_TOKENS": "lots"})
+    assert ran.returncode == 1
+    assert ran.stderr.strip() == (
+        "The environment variable LMD_MAX_TOKENS: max_tokens cannot be 'lots'; it must be a "
+        "whole number of at least 1."
+    )

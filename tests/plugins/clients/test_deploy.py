@@ -294,3 +294,23 @@ def test_service_install_and_uninstall_drive_systemctl(tmp_path):
         "--user disable --now lmd.service",
         "--user daemon-reload",
     ]
+
+
+def test_service_uninstall_without_a_user_bus_succeeds_saying_so(tmp_path):
+    """No user bus (a container, an ssh session without lingering): the unit is removed, the
+    command says what it could not tell systemd, and exits 0."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    systemctl = fake_bin / "systemctl"
+    systemctl.write_text(
+        "#!/bin/sh\necho 'Failed to connect to bus: No medium found' >&2\nexit 1\n"
+    )
+    systemctl.chmod(0o755)
+    env = {"PATH": f"{fake_bin}:{os.environ['PATH']}"}
+    units = tmp_path / "units"
+    units.mkdir()
+    (units / "lmd.service").write_text("[Unit]\n")
+    done = run_lmd("service", "uninstall", "--platform", "linux", "--dir", str(units), env=env)
+    assert done.returncode == 0, done.stderr
+    assert not (units / "lmd.service").exists() and "Removed" in done.stdout
+    assert "stop it by hand" in done.stderr

@@ -225,10 +225,11 @@ def test_marat_yes_after_a_detour_does_not_approve(marat, backend, projects):
     target = _ask_to_touch(marat, backend, projects)
     backend.queue("A joke.")
     say(marat, "dali tell me a joke")
-    backend.queue(final("Nothing pending."))
+    asked = len(backend.chat_requests)
     body = say(marat, "marat yes").json()
-    assert not target.exists() and body["reply"] == "Nothing pending."
-    assert backend.chat_requests[-1]["messages"][-1]["content"] == "yes"
+    assert not target.exists()
+    assert body["reply"] == "Nothing is waiting for a yes or a no; say what you want done."
+    assert len(backend.chat_requests) == asked  # a bare yes is no task for the model
     # The unanswered question's loop no longer counts as ordinary history.
     thought = next(r for r in history(marat) if r["content"] == action("touch made.txt"))
     assert thought["kind"] == "decorative"
@@ -453,3 +454,10 @@ def test_a_python_block_is_corrected_not_run(marat, backend, tmp_path):
     body = say(marat, "marat make a marker").json()
     assert body["reply"].startswith("Done.") and not marker.exists()
     assert "your code block was python" in backend.chat_requests[1]["messages"][-1]["content"]
+
+
+@pytest.mark.parametrize("word", ["no", "No.", "yes please", "OK"])
+def test_a_bare_answer_with_nothing_pending_is_no_task(marat, backend, word):
+    body = say(marat, f"marat {word}").json()
+    assert body["reply"] == "Nothing is waiting for a yes or a no; say what you want done."
+    assert backend.chat_requests == []
