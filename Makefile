@@ -40,6 +40,7 @@ install: $(STAMP)
 # The embedded model is installed only when it will be used (no backend configured).
 run: $(STAMP)
 	@if [ "$$($(BIN)/lmd backend --which)" = embedded ]; then $(MAKE) --no-print-directory $(EMBED_STAMP); fi
+	@echo "lmd is in $(CURDIR)/$(BIN): in another terminal, export PATH=\"$(CURDIR)/$(BIN):\$$PATH\" (or type $(BIN)/lmd) for the tour."
 	$(BIN)/lmd serve
 
 # Three workers on two cores: most tests wait on processes and HTTP. Files stay whole on one
