@@ -291,8 +291,8 @@ def post(url: str, text: str, session: str, cwd: Path | None) -> dict:
         return {"reply": e.read().decode("utf-8", "replace"), "pending": None}
 
 
-def session_stats(home: Path, session: str) -> tuple[str, int, int]:
-    """(the session's directory, model turns, format corrections)."""
+def session_stats(home: Path, session: str) -> tuple[str, int, list[str]]:
+    """(the session's directory, model turns, the format corrections sent)."""
     import sqlite3
 
     conn = sqlite3.connect(home / "lmd.db")
@@ -304,12 +304,13 @@ def session_stats(home: Path, session: str) -> tuple[str, int, int]:
     finally:
         conn.close()
     turns = sum('"thought"' in (meta or "") for _, meta in rows)
-    helps = sum(content.startswith("Format help") for content, _ in rows)
+    helps = [content for content, _ in rows if content.startswith("Format help")]
     return (cwd[0] if cwd else "") or "", turns, helps
 
 
 def run(url: str, home: Path, tasks: list[Task], label: str, stand_in=None) -> dict:
-    ok, calls, secs, turns_all, helps_all, failed = 0, [], [], 0, 0, []
+    ok, calls, secs, turns_all, failed = 0, [], [], 0, []
+    helps_all: list[str] = []
     for i, task in enumerate(tasks):
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp) / "work"
@@ -344,7 +345,8 @@ def run(url: str, home: Path, tasks: list[Task], label: str, stand_in=None) -> d
         "success": ok / n,
         "calls_per_task": statistics.mean(calls),
         "secs_per_task": statistics.mean(secs),
-        "format_error_share": helps_all / turns_all if turns_all else 0.0,
+        "format_error_share": len(helps_all) / turns_all if turns_all else 0.0,
+        "format_errors": sorted(set(h[:70] for h in helps_all)),
         "failed": failed,
     }
 
@@ -407,6 +409,8 @@ def main() -> None:
                     f"{r['calls_per_task']:.1f} model calls and {r['secs_per_task']:.1f} s per "
                     f"task, {r['format_error_share']:.0%} of model turns lost to format errors"
                 )
+                if r["format_errors"]:
+                    print("   format errors:", " | ".join(r["format_errors"][:4]))
                 if r["failed"]:
                     print("   not done:", "; ".join(r["failed"][:8]),
                           "..." if len(r["failed"]) > 8 else "")  # fmt: skip

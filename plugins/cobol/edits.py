@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from daemon.api import LmdError, hooks_path, verbatim, why_protected
+from daemon.api import LmdError, action_protocol, hooks_path, verbatim, why_protected
 
-from . import focus, patches, prompts
+from . import focus, patches, prompts, structured
 from .intents import EDIT_TARGET, plural
 from .job import Job, approval_level, ask, focus_from_words, supersede_focus
 from .repo import dirty_files, inside, unmerged_paths
@@ -88,15 +88,31 @@ async def refuse_conflicts(job: Job) -> None:
 
 
 async def ask_for_patch(job: Job, messages: list[dict]) -> patches.Patch:
-    """The model's diff, checked; one retry with git's complaint; a sentence when it fails."""
+    """The model's diff, checked; one retry with git's complaint; a sentence when it fails.
+    Where the backend keeps tool calls or JSON schemas better than a diff in text, the model
+    gives line edits (plugins/cobol/structured.py) and lmd writes the diff."""
+    caps = await job.ctx.llm.capabilities()
+    protocol = action_protocol(caps, job.ctx.settings["action_protocol"])
+    job.ctx.extra["protocol"] = protocol
     problem = ""
     refused = None
     for attempt in (1, 2):
-        reply = await job.ctx.llm.chat(messages)
-        diff = patches.extract_diff(reply)
+        problem = ""
+        if protocol in ("tools", "schema"):
+            reply, diff = "", None
+            try:
+                edits, reply = await structured.ask_edits(job.ctx.llm, messages, protocol)
+                diff = structured.edits_to_diff(job.repo, edits)
+            except LmdError as e:
+                if e.status >= 500 or e.kind == "backend":
+                    raise
+                problem = e.message
+        else:
+            reply = await job.ctx.llm.chat(messages)
+            diff = patches.extract_diff(reply)
         refused = None
         if diff is None:
-            problem = "The answer contained no unified diff."
+            problem = problem or "The answer contained no unified diff."
         else:
             patch = patches.parse(diff)
             refused = patches.bad_path(job.repo, patch)

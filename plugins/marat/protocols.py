@@ -59,9 +59,9 @@ TOOL_NAMES = {t["function"]["name"] for t in TOOLS}
 STEP_SCHEMA = {
     "type": "object",
     "properties": {
-        "thought": {"type": "string", "maxLength": 200},
+        "thought": {"type": "string", "maxLength": 160},
         "action": {"enum": ["bash", "final"]},
-        "text": {"type": "string", "minLength": 1, "maxLength": 500},
+        "text": {"type": "string", "minLength": 1, "maxLength": 400},
     },
     "required": ["thought", "action", "text"],
     "additionalProperties": False,
@@ -134,8 +134,8 @@ async def _tools(ctx: Context, messages: list[dict], limit: dict) -> Asked:
 async def _schema(ctx: Context, messages: list[dict], limit: dict) -> Asked:
     caps = await ctx.llm.capabilities()
     fmt = caps.response_format("marat_step", STEP_SCHEMA) or {"type": "json_object"}
-    if limit:  # room for the whole bounded object (some 250 tokens)
-        limit = {"max_tokens": max(limit["max_tokens"], 384)}
+    if limit:  # room for the whole bounded object (escapes count double: some 300 tokens)
+        limit = {"max_tokens": max(limit["max_tokens"], 512)}
     text = await ctx.llm.chat(messages, response_format=fmt, **limit)
     try:
         # strict=False: a raw newline inside a string (some grammars let it through) is fine
