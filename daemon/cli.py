@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import click
 
 from daemon import __version__
 from daemon.errors import LmdError
+from daemon.lazy import resolve
 
 
 class LmdGroup(click.Group):
@@ -42,16 +44,27 @@ class LmdGroup(click.Group):
 
             get_plugin_manager().hook.register_commands(cli=self)
 
+    # While --help lists the commands, a plugin's LazyCommand answers for itself (its line of
+    # help) instead of importing the plugin's code.
+    _listing = False
+
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        command = super().get_command(ctx, name)
-        if command is None:
+        if name not in self.commands:
             self._load_plugins()
-            command = super().get_command(ctx, name)
-        return command
+        if self._listing:
+            return self.commands.get(name)
+        return resolve(self, name)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         self._load_plugins()
         return super().list_commands(ctx)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self._listing = True
+        try:
+            super().format_commands(ctx, formatter)
+        finally:
+            self._listing = False
 
 
 def fail(message: str, code: int = 1) -> None:
@@ -304,6 +317,9 @@ class HistoryGroup(click.Group):
             root._load_plugins()
         return super().parse_args(ctx, args)
 
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        return resolve(self, name)
+
 
 def add_history_listing(cli: click.Group, command: click.Command, help: str) -> None:
     """Add `command` as `lmd history NAME`, also reached as `lmd history --NAME`.
@@ -322,10 +338,40 @@ def add_history_listing(cli: click.Group, command: click.Command, help: str) -> 
     )
 
 
+HISTORY_LEGEND = (
+    "kind: oper(ative) > instr(uctive) > ctx (contextual) > dflt (default) > deco(rative); "
+    "karma: the points of its kind; score: karma after the age, length and distance "
+    "discounts (the higher, the likelier it goes to the model). --wide: every column; "
+    "--json: all of it."
+)
+_ROLES = {"user": "you", "assistant": "lmd", "error": "err"}
+_KINDS = {"operative": "oper", "instructive": "instr", "contextual": "ctx", "default": "dflt",
+          "decorative": "deco", "none": "none"}  # fmt: skip
+
+
+def readable(x: float) -> str:
+    """A number as a person reads it at a glance: 25k, 1.2k, 980, 4.5, 0.37, 2e-05."""
+    if x == 0:
+        return "0"
+    size = abs(x)
+    if size >= 1e6:
+        return f"{x / 1e6:.1f}M"
+    if size >= 1e4:
+        return f"{x / 1e3:.0f}k"
+    if size >= 1e3:
+        return f"{x / 1e3:.1f}".removesuffix(".0") + "k"
+    if size >= 10:
+        return f"{x:.0f}"
+    if size >= 0.01:
+        return f"{x:.2f}".rstrip("0").rstrip(".")
+    return f"{x:.0e}"
+
+
 @cli.group(cls=HistoryGroup, invoke_without_command=True)
 @click.option("--session", "-s", help="Only this session.")
 @click.option("--limit", "-n", default=20, show_default=True, type=click.IntRange(1, 100000))
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--wide", is_flag=True, help="Every column in full (over 100 columns).")
 @home_option
 @click.pass_context
 def history(
@@ -333,17 +379,19 @@ def history(
     session: str | None,
     limit: int,
     as_json: bool,
+    wide: bool,
     home: Path | None,
     **listings: bool,
 ) -> None:
-    """Stored prompts with their karma and the score each would get now."""
+    """Stored prompts with their karma and the score each would get now (100 columns, with a
+    legend; --wide for every column, --json for all of it)."""
     if ctx.invoked_subcommand is not None:
         return
     chosen = [history.listings[dest] for dest, on in listings.items() if on]
     if len(chosen) > 1:
         fail(f"Give only one of {', '.join('--' + c for c in chosen)}.")
     if chosen:
-        listing = history.commands[chosen[0]]
+        listing = resolve(history, chosen[0])
         ctx.invoke(listing, session=session, limit=limit, as_json=as_json, home=home)
         return
     from daemon.http.app import prompt_rows
@@ -353,14 +401,32 @@ def history(
     if as_json:
         click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
         return
+    if wide:
+        for r in rows:
+            stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"]))
+            text = for_terminal(r["content"].replace("\n", " "))
+            text = text if len(text) <= 70 else text[:67] + "..."
+            click.echo(
+                f"{r['id']:>6} {stamp} {r['session']:<10} {r['role']:<9} {r['mode'] or '-':<7} "
+                f"{r['kind']:<11} karma {r['karma']:>7g} score {r['score']:>10.4g}  {text}"
+            )
+        return
+    if not rows:
+        click.echo("No prompts stored yet.")
+        return
+    click.echo(f"{'id':>6} {'when':<11} {'session':<8} {'who':<3} {'mode':<6} {'kind':<5} "
+               f"{'karma':>5} {'score':>6}  text")  # fmt: skip
     for r in rows:
-        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created_at"]))
+        stamp = time.strftime("%m-%d %H:%M", time.localtime(r["created_at"]))
         text = for_terminal(r["content"].replace("\n", " "))
-        text = text if len(text) <= 70 else text[:67] + "..."
+        text = text if len(text) <= 41 else text[:40] + "…"
+        who = _ROLES.get(r["role"], r["role"][:3])
+        kind = _KINDS.get(r["kind"], r["kind"][:5])
         click.echo(
-            f"{r['id']:>6} {stamp} {r['session']:<10} {r['role']:<9} {r['mode'] or '-':<7} "
-            f"{r['kind']:<11} karma {r['karma']:>7g} score {r['score']:>10.4g}  {text}"
+            f"{r['id']:>6} {stamp} {r['session'][:8]:<8} {who:<3} {(r['mode'] or '-')[:6]:<6} "
+            f"{kind:<5} {readable(r['karma']):>5} {readable(r['score']):>6}  {text}"
         )
+    click.echo(textwrap.fill(HISTORY_LEGEND, 100))
 
 
 @history.command("promote")

@@ -12,7 +12,7 @@ import pytest
 
 from tests.daemons import ROOT, lmd_in_process
 
-HEAVY = ("openai", "tiktoken", "numpy", "starlette", "hypercorn", "httpx")
+HEAVY = ("openai", "tiktoken", "numpy", "starlette", "hypercorn", "httpx", "llama_cpp", "mcp")
 
 
 @pytest.fixture
@@ -76,7 +76,13 @@ def test_history_shows_karma_and_score(live, backend, home):
     r = lmd_in_process("history", "--limit", "5", "--home", str(home))
     assert r.returncode == 0
     lines = r.stdout.strip().splitlines()
-    assert len(lines) == 2 and "question one" in lines[0] and "karma" in lines[0]
+    # a header, the two prompts (newest first) and the legend, all within 100 columns
+    assert lines[0].split()[:3] == ["id", "when", "session"]
+    assert "question one" in lines[1] and " you " in lines[1] and " 1k " in lines[1]
+    assert lines[3].startswith("kind: oper(ative)") and "karma" in lines[3]
+    assert all(len(line) <= 100 for line in lines)
+    wide = lmd_in_process("history", "--wide", "--home", str(home)).stdout.splitlines()
+    assert len(wide) == 2 and "karma    1000" in wide[0] and "question one" in wide[0]
     rows = json.loads(lmd_in_process("history", "--json", "--home", str(home)).stdout)
     assert rows[0]["content"] == "question one" and rows[0]["karma"] == 1000
     # seconds old, so only the age factor 1/(300 t) discounts the newest; the older one is
@@ -90,6 +96,14 @@ def test_history_shows_karma_and_score(live, backend, home):
     rows = json.loads(lmd_in_process("history", "--json", "--home", str(home)).stdout)
     assert [(r["kind"], r["karma"]) for r in rows] == [("operative", 25000), ("operative", 30000)]
     assert lmd_in_process("history", "promote", "9999", "--home", str(home)).returncode == 1
+
+
+def test_history_numbers_read_at_a_glance():
+    from daemon.cli import readable
+
+    cases = {0: "0", 11530: "12k", 1000: "1k", 1234: "1.2k", 980: "980", 4.5: "4.5",
+             0.37: "0.37", 2e-05: "2e-05", 2.5e6: "2.5M", -1500: "-1.5k"}  # fmt: skip
+    assert {x: readable(x) for x in cases} == cases
 
 
 def modules_after(args: list[str]) -> set[str]:
@@ -112,6 +126,36 @@ def test_help_and_say_import_nothing_heavy(shared_daemon):
     code = f"import sys, daemon.client; print([m for m in {HEAVY!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+def test_help_lists_plugin_commands_without_importing_them():
+    """`lmd --help` shows each plugin command's line from its LazyCommand; the line is the
+    real command's own, and the command's code is imported only when it runs."""
+    from daemon.cli import cli
+    from daemon.lazy import LazyCommand
+
+    code = (
+        "import sys\nfrom daemon.cli import cli\n"
+        "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('plugins.')), file=sys.stderr)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    loaded = set(json.loads(r.stderr.strip().splitlines()[-1].replace("'", '"')))
+    assert not loaded & {"plugins.elo.commands", "plugins.selectit.command",
+                         "plugins.lm_score.commands", "plugins.marat.audit"}  # fmt: skip
+    for name in ("elo", "selectit", "score", "sql", "doctor", "history"):
+        assert f"  {name} " in r.stdout
+    cli._load_plugins()
+    history = cli.commands["history"]
+    lazies = [(n, c) for group in (cli, history) for n, c in group.commands.items()]
+    lazies = [(n, c) for n, c in lazies if isinstance(c, LazyCommand)]
+    assert {n for n, _ in lazies} >= {"elo", "selectit", "score", "sql", "commands"}
+    for name, lazy in lazies:
+        real = lazy.load()
+        assert real.name == name, name
+        assert lazy.get_short_help_str(1000) == real.get_short_help_str(1000), name
+    r = lmd("elo", "--help")
+    assert r.returncode == 0 and "leaderboard" in r.stdout
 
 
 def test_version():
