@@ -65,6 +65,7 @@ _GROUPS: dict[str, dict[str, str]] = {
         "fail": "daemon.cli",
         "open_daemon_state": "daemon.cli",
         "add_history_listing": "daemon.cli",
+        "lazy_command": "daemon.lazy",
         "refuse_overwrite": "daemon.paths",
         "write_atomic": "daemon.paths",
         "clean": "daemon.terminal",
@@ -169,6 +170,7 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "fail",
     "open_daemon_state",
     "add_history_listing",
+    "lazy_command",
     "refuse_overwrite",
     "write_atomic",
     "clean",
@@ -267,6 +269,7 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
         sandbox_state,
     )
     from daemon.http.turn import TurnReply, working_directory
+    from daemon.lazy import lazy_command
     from daemon.modes import Context, Mode, record_turn
     from daemon.paths import allowed_http_path, refuse_overwrite, write_atomic
     from daemon.plugins import get_plugin_manager, wanted_plugins

@@ -12,14 +12,25 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from daemon import karma
-from daemon.backends import tokens
-
 if TYPE_CHECKING:
     from daemon.backends.llm import LLM
     from daemon.core import Daemon
     from daemon.settings import Settings
     from daemon.store import Prompt, Session, Store
+
+
+# Imported on first use: plugins import this module (for Mode) when `lmd --help` lists their
+# commands, and the token counter and karma are not needed for that.
+def _tokens():
+    from daemon.backends import tokens
+
+    return tokens
+
+
+def _karma():
+    from daemon import karma
+
+    return karma
 
 
 def record_turn(
@@ -37,8 +48,8 @@ def record_turn(
         session,
         role,
         content,
-        tokens=tokens.count(content, settings["openai_model"]),
-        karma=karma.karma_for(kind, settings),
+        tokens=_tokens().count(content, settings["openai_model"]),
+        karma=_karma().karma_for(kind, settings),
         kind=kind,
         mode=mode,
         **fields,
@@ -92,6 +103,7 @@ class Context:
         """The session's prompts chosen by karma for the next model call, oldest first."""
         s = self.settings
         recent = self.store.recent(self.session.name, s["recent_history_limit"])
+        karma = _karma()
         return karma.select(
             recent,
             karma.Params.from_settings(s),
@@ -120,7 +132,7 @@ class Context:
         )
 
     def set_karma(self, ids: list[int], kind: str) -> None:
-        self.store.set_karma(ids, kind, karma.karma_for(kind, self.settings))
+        self.store.set_karma(ids, kind, _karma().karma_for(kind, self.settings))
 
     def set_pending(self, pending: dict | None) -> None:
         """Wait for the user's next utterance (e.g. an approval); None clears it."""

@@ -119,7 +119,18 @@ def builtin_cli() -> click.Group:
         if (command.callback and command.callback.__module__ or "").startswith("daemon."):
             group.add_command(command, name)
     builtin_plugin_manager().hook.register_commands(cli=group)
+    resolve_all(group)
     return group
+
+
+def resolve_all(group: click.Group) -> None:
+    """Replace every LazyCommand in `group` and its subgroups by the real command."""
+    from daemon.lazy import resolve
+
+    for name in list(group.commands):
+        command = resolve(group, name)
+        if isinstance(command, click.Group):
+            resolve_all(command)
 
 
 def _help_texts(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[str, str]]:

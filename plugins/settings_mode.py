@@ -13,7 +13,6 @@ starts a sentence with it). The mode never calls the model.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections.abc import AsyncIterator
@@ -27,8 +26,15 @@ from daemon.api import (
     env_name,
     hookimpl,
     refuse_if_protected,
-    token_presented,
 )
+
+
+def _token_presented() -> bool:
+    # Imported when needed: the guard brings hmac and logging, which `lmd --help` does not need.
+    from daemon.api import token_presented
+
+    return token_presented()
+
 
 DIRECTIVE = "knob"
 ALIASES = ("nob", "knobs")
@@ -103,6 +109,8 @@ def setting_name(spoken: str, settings: Settings) -> str:
     name = re.sub(r"[\s\-]+", "_", spoken.strip().strip(".?!,:;\"'").lower())
     if name in settings.specs:
         return name
+    import difflib  # here: the module is imported whenever `lmd --help` lists commands
+
     near = difflib.get_close_matches(name, list(settings.specs), n=1, cutoff=0.6)
     hint = f" Did you mean {' or '.join(n.replace('_', ' ') for n in near)}?" if near else ""
     raise LmdError(
@@ -182,7 +190,7 @@ def handle(ctx: Context) -> str:
     if verb in ("set", "change", "make", "put") and rest:
         name, raw = _split_name_value(rest, settings)
         spec = settings.spec(name)
-        refuse_if_protected(spec, token_presented())
+        refuse_if_protected(spec, _token_presented())
         from daemon.api import check_setting  # here: `lmd --help` must not import asyncio
 
         try:
@@ -196,7 +204,7 @@ def handle(ctx: Context) -> str:
     if verb in ("reset", "default", "restore") and rest:
         name = setting_name(" ".join(rest), settings)
         spec = settings.spec(name)
-        refuse_if_protected(spec, token_presented())
+        refuse_if_protected(spec, _token_presented())
         store.set_setting(name, spec.dump(spec.default))
         ctx.extra["setting"] = {"name": name, "value": spec.default}
         return f"{_said(name)} is back to its default, {show(spec.default, spec)}." + _env_note(

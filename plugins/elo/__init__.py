@@ -6,7 +6,7 @@ when needed so the CLI and the daemon start fast.
 
 from __future__ import annotations
 
-from daemon.api import Setting, hookimpl
+from daemon.api import Setting, hookimpl, lazy_command
 
 
 def _check_models_file(value: str) -> str | None:
@@ -84,6 +84,10 @@ def register_routes(register):
 
 @hookimpl
 def register_commands(cli):
-    from .commands import elo
-
-    cli.add_command(elo)
+    cli.add_command(
+        lazy_command(
+            "elo",
+            "plugins.elo.commands:elo",
+            "The Elo arena: arrange battles, answer, judge, rate and show leaderboards.",
+        )
+    )

@@ -7,7 +7,7 @@ ensembles, retries), cache, sql (SQLite), routes (POST /lm_score), commands (lmd
 
 from __future__ import annotations
 
-from daemon.api import hookimpl
+from daemon.api import hookimpl, lazy_command
 
 from .config import SETTINGS
 
@@ -43,10 +43,20 @@ def register_routes(register):
 
 @hookimpl
 def register_commands(cli):
-    from .commands import score, sql
-
-    cli.add_command(score)
-    cli.add_command(sql)
+    cli.add_command(
+        lazy_command(
+            "score",
+            "plugins.lm_score.commands:score",
+            "LM_SCORE(PART..., QUESTION): 0 (no) to 10 (yes).",
+        )
+    )
+    cli.add_command(
+        lazy_command(
+            "sql",
+            "plugins.lm_score.commands:sql",
+            "Run QUERY on the SQLite DATABASE with LM_SCORE(part, ..., question) available.",
+        )
+    )
 
 
 @hookimpl

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from daemon.api import Context, Mode, Setting, add_history_listing, hookimpl
+from daemon.api import Context, Mode, Setting, add_history_listing, hookimpl, lazy_command
 
-from . import safety
-
-__all__ = ["safety", "SETTINGS"]
+__all__ = ["SETTINGS"]
 
 SETTINGS = [
     Setting(
@@ -86,7 +84,10 @@ def register_routes(register):
 
 @hookimpl
 def register_commands(cli):
-    from .audit import commands_command
-
     # `lmd history commands`, also `lmd history --commands`
-    add_history_listing(cli, commands_command, "Commands marat ran (its audit) instead.")
+    commands = lazy_command(
+        "commands",
+        "plugins.marat.audit:commands_command",
+        "Commands marat ran: where, exit code, duration, how each was approved and sandboxed.",
+    )
+    add_history_listing(cli, commands, "Commands marat ran (its audit) instead.")

@@ -5,7 +5,7 @@ Hooks only; the work lives in the small modules beside this one, imported when u
 
 from __future__ import annotations
 
-from daemon.api import hookimpl
+from daemon.api import hookimpl, lazy_command
 
 
 @hookimpl
@@ -25,6 +25,12 @@ def register_routes(register):
 
 @hookimpl
 def register_commands(cli):
-    from .command import selectit_group
-
-    cli.add_command(selectit_group)
+    cli.add_command(
+        lazy_command(
+            "selectit",
+            "plugins.selectit.command:selectit_group",
+            "Score instruction data with SelectIT: `lmd selectit DATASET [OPTIONS]` (the same as "
+            "`lmd selectit score DATASET`), or join the parts of a sharded run with "
+            "`lmd selectit merge`.",
+        )
+    )
