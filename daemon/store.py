@@ -190,9 +190,14 @@ class Store:
             self._reader = sqlite_utils.Database(reader)
 
     def close(self) -> None:
-        if self._reader is not self.db:
-            self._reader.close()
-        self.db.close()
+        # Under the write lock: a worker thread may still be writing (a cancelled capability
+        # probe's save runs on in its thread), and closing a connection in the middle of
+        # another thread's statement crashed the process (SIGSEGV in sqlite3). A write that
+        # comes after the close fails cleanly ("Cannot operate on a closed database").
+        with self.lock:
+            if self._reader is not self.db:
+                self._reader.close()
+            self.db.close()
 
     def _read(self, sql: str, args: list | None = None) -> list[dict]:
         """Rows of a query; inside a write transaction, from its connection (to see its rows)."""

@@ -3,6 +3,8 @@
 import multiprocessing
 import sqlite3
 
+import pytest
+
 from daemon.store import Session, Store
 
 
@@ -120,3 +122,40 @@ def test_prompts_promoted_before_operative_karma_are_raised_to_it(tmp_path):
         ("ordinary", "default", 1000),
     ]
     assert store.stored_settings()["operative_karma"] == "25000"
+
+
+def test_close_waits_for_a_write_in_another_thread(tmp_path):
+    """A worker thread's write (a cancelled probe's save goes on in its thread) finishes
+    before the connection closes; closing under it crashed the process. A write after the
+    close fails with an error, never a crash."""
+    import sqlite3
+    import threading
+
+    store = Store(tmp_path / "lmd.db")
+    store.migrate()
+    inside, go_on, closed = threading.Event(), threading.Event(), threading.Event()
+
+    def writer():
+        with store.lock:
+            inside.set()
+            go_on.wait(10)
+            store.save_capabilities("http://x/v1", "m", "{}")
+
+    def closer():
+        store.close()
+        closed.set()
+
+    t1 = threading.Thread(target=writer)
+    t1.start()
+    assert inside.wait(10)
+    t2 = threading.Thread(target=closer)
+    t2.start()
+    assert not closed.wait(0.2)  # close waits for the write under way
+    go_on.set()
+    t1.join(10)
+    assert closed.wait(10)
+    t2.join(10)
+    check = sqlite3.connect(tmp_path / "lmd.db")
+    assert check.execute("SELECT model FROM backend_capabilities").fetchall() == [("m",)]
+    with pytest.raises(sqlite3.ProgrammingError):
+        store.save_capabilities("http://x/v1", "m2", "{}")
