@@ -6,7 +6,15 @@ when needed so the CLI and the daemon start fast.
 
 from __future__ import annotations
 
+import os
+
 from daemon.api import Setting, hookimpl
+
+# numpy's OpenBLAS starts a thread per core for every large matrix product, and on a machine
+# whose cores are busy (a model server, other jobs) those threads spin: the style-control
+# bootstrap took 3.6 s of CPU with them and 1.5 s on one thread. numpy is imported lazily, so
+# this is set before it loads; a value the user set wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _check_models_file(value: str) -> str | None:
