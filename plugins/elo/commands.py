@@ -496,6 +496,20 @@ def ablation(
             original.append({**r, "winner": winner, "is_valid": "true"})
     if not original:
         raise LmdError(f"{judged_file} has no valid verdicts to re-judge.")
+    if all((r.get("gpt_4_response_ba") or "").strip() for r in original):
+        # judged in both orders already: the figures are in the file, nothing is asked
+        from .judge import order_pairs
+
+        click.echo(
+            f"{judged_file} was judged in both orders; the figures come from its two verdicts "
+            "per battle, and no judge is asked.",
+            err=True,
+        )
+        _print_consistency(consistency(*order_pairs(original)), as_json)
+        if consistent_out:
+            keep = [r for r in original if r.get("winner_ab") == r.get("winner_ba")]
+            write_table(consistent_out, columns_of(original), keep)
+        return
     swapped = [{**r, "judge": "", "gpt_4_response": "", "winner": ""} for r in original]
     columns = columns_of(swapped)
     by_judge: dict[str, list[int]] = {}
@@ -526,20 +540,24 @@ def ablation(
     if consistent_out:
         keep = [o for o, s in pairs if s.get("is_valid") == "true" and o["winner"] == s["winner"]]
         write_table(consistent_out, columns_of(original), keep)
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
-    else:
-        click.echo(f"{'judge':<24} {'battles':>8} {'agree':>7} {'1st pos. wins':>14}")
-        for name, st in report.items():
-            agree = "-" if st["agreement"] is None else f"{st['agreement']:.1%}"
-            first = st["first_position_wins"]
-            first_text = "-" if first is None else f"{first:.1%}"
-            click.echo(f"{name:<24} {st['battles']:>8} {agree:>7} {first_text:>14}")
+    _print_consistency(report, as_json)
     if failures:
         raise LmdError(
             f"{plural(failures, 'battle')} {'was' if failures == 1 else 'were'} not re-judged; "
             "run the same command with -o to resume."
         )
+
+
+def _print_consistency(report: dict, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    click.echo(f"{'judge':<24} {'battles':>8} {'agree':>7} {'1st pos. wins':>14}")
+    for name, st in report.items():
+        agree = "-" if st["agreement"] is None else f"{st['agreement']:.1%}"
+        first = st["first_position_wins"]
+        first_text = "-" if first is None else f"{first:.1%}"
+        click.echo(f"{name:<24} {st['battles']:>8} {agree:>7} {first_text:>14}")
 
 
 @elo.command()

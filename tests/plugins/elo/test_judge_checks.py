@@ -95,6 +95,15 @@ def test_each_battle_is_judged_in_both_orders_and_both_verdicts_kept(battles, ho
     backend.clear()
     ok(judge(home, battles, out))
     assert [b for b in backend.chat_requests if is_judge_request(b)] == []
+    # ablation of a file judged in both orders reads its figures from the file
+    both = battles.parent / "both.csv"
+    result = lmd(home, "elo", "ablation", str(out), "--json", "--consistent-out", str(both))
+    report = json.loads(ok(result))[JUDGE]
+    assert "was judged in both orders" in result.stderr
+    assert report["agreement"] == pytest.approx(3 / 9)
+    assert report["first_position_wins"] == pytest.approx(15 / 18)
+    assert backend.chat_requests == []
+    assert len(read_csv(both)) == 3
 
 
 def test_one_order_asks_once_and_keeps_the_old_columns(battles, home, backend):
