@@ -1,5 +1,5 @@
-"""`lmd elo ...`: arrange, answer, judge, merge, ablation, label, leaderboard, report, matrix,
-import, convert.
+"""`lmd elo ...`: arrange, answer, judge, merge, ablation, agreement, label, leaderboard, report,
+matrix, import, convert.
 
 Module-level click commands in one group. A command raises LmdError with its sentence; the
 `lmd` group turns it into that sentence on stderr and exit status 1 (daemon/cli.py), so no
@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import getpass
 import json
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,13 @@ from typing import Any
 import click
 
 from daemon.api import LmdError, csv_cell, home_option, plural, refuse_overwrite
+
+# numpy's OpenBLAS starts a thread per core for every large matrix product, and on a machine
+# whose cores are busy (a model server, other jobs) those threads spin: the style-control
+# bootstrap took 3.6 s of CPU with them and 1.5 s on one thread. numpy is imported lazily, so
+# this is set before it loads; a value the user set wins. Here, in the `lmd elo` command,
+# not in the plugin: the daemon's bash commands would inherit it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 FORMATS = ("table", "csv", "json", "markdown")
 FILE = click.Path(dir_okay=False, path_type=Path)
@@ -71,6 +79,7 @@ class RatingFlags:
     base: float | None = None
     initial: float | None = None
     anchor: str | None = None
+    style_control: bool = False
     skip_invalid: bool = False
     home: Path | None = None
 
@@ -89,6 +98,7 @@ class RatingFlags:
             base=self.base,
             initial=self.initial,
             anchor=self.anchor,
+            style=self.style_control,
         )
 
 
@@ -101,6 +111,12 @@ _RATING_OPTIONS = [
     click.option("--base", type=float, help="Base of the odds (10 for Elo)."),
     click.option("--initial", type=float, help="Starting rating and BT mean."),
     click.option("--anchor", help="Pin one model's rating, e.g. gpt-4=1200."),
+    click.option(
+        "--style-control",
+        is_flag=True,
+        help="Hold length and markdown (headers, lists, bold) equal: Bradley–Terry with them "
+        "as covariates; prints their coefficients.",
+    ),
     click.option("--skip-invalid", is_flag=True, help="Leave out rows with unknown winners."),
     home_option,
 ]
@@ -170,6 +186,19 @@ def read_prompt(path: Path) -> str:
         if field not in text:
             raise LmdError(f"The prompt file {path} lacks {field}; put it where it belongs.")
     return text
+
+
+def _note_board(board: dict, rows: list[dict]) -> None:
+    """The fit's notes (ratings it cannot pin down) and the judge-family warning, on stderr;
+    the warning also goes into the board, for the page."""
+    from .checks import family_warning
+
+    judges = {r.get("judge") or "" for r in rows} - {""}
+    warning = family_warning(judges, board["ratings"]) if judges else None
+    if warning:
+        board.setdefault("notes", []).append(warning)
+    for note in board.get("notes", []):
+        click.echo(note, err=True)
 
 
 # -- the commands -----------------------------------------------------------------------------
@@ -296,6 +325,11 @@ def answer(
     type=FILE,
     help="Your own judge prompt with {question}, {model1_answer}, {model2_answer}.",
 )
+@click.option(
+    "--one-order",
+    is_flag=True,
+    help="Judge each battle once, answer A first (default: both orders, A/B and B/A).",
+)
 @shard_option("battles")
 @home_option
 def judge(
@@ -306,18 +340,22 @@ def judge(
     models_file: str | None,
     concurrency: int | None,
     prompt_file: Path | None,
+    one_order: bool,
     shard: str | None,
     home: Path | None,
 ) -> None:
-    """Let an LLM judge each battle: winner, response, justification, is_valid."""
+    """Let an LLM judge each battle in both orders: winner, responses, justification,
+    is_valid. Two verdicts that disagree make a tie; --one-order asks once."""
     from daemon.api import parse_shard
 
     from .backends import resolve
+    from .checks import family_warning
     from .files import check_arrangement, read_qa, read_table, write_table
-    from .judge import GPT4_PROMPT, judge_rows
+    from .judge import GPT4_PROMPT, ORDER_COLUMNS, judge_rows, pending_orders
     from .rows import columns_of, full_rows, judged_only, resume_rows
     from .shards import check_single_output, judge_record, only_battles_of, start_part
 
+    both = not one_order
     part = parse_shard(shard)
     settings = load_settings(home)
     prompt = read_prompt(prompt_file) if prompt_file else GPT4_PROMPT
@@ -328,28 +366,77 @@ def judge(
         check_single_output(output)
     else:
         table = only_battles_of(table, part)
-        start_part(output, judge_record(part, battles_file, qa_file, endpoint, prompt))
+        start_part(output, judge_record(part, battles_file, qa_file, endpoint, prompt, both))
     rows = full_rows(table, read_qa(qa_file) if qa_file else None) if table.rows else []
+    if both:
+        for r in rows:
+            for c in ORDER_COLUMNS:
+                r.setdefault(c, "")
     earlier, todo = resume_rows(rows, output, endpoint.name)
+    swapped_todo = None
+    if both:  # a battle judged before in one order (or cut off) gets only what it lacks
+        todo = [i for i, r in enumerate(rows) if False in pending_orders(r, both)]
+        swapped_todo = [i for i, r in enumerate(rows) if True in pending_orders(r, both)]
     columns = columns_of(rows)
 
     def save() -> None:
         write_table(output, columns, earlier + judged_only(rows))
 
-    run = judge_rows(rows, endpoint, todo, concurrency or settings["elo_concurrency"], save, prompt)
+    run = judge_rows(
+        rows,
+        endpoint,
+        todo,
+        concurrency or settings["elo_concurrency"],
+        save,
+        prompt,
+        swapped_todo=swapped_todo,
+    )
     where = f" of part {part}" if part else ""
-    before = len(rows) - len(todo)
+    asked = set(todo) | set(swapped_todo or ())
+    before = len(rows) - len(asked)
+    orders = f" in both orders ({plural(run.judged, 'verdict')})" if both else ""
+    battles = len(asked) - len({i for i, _ in run.failures}) if both else run.judged
     click.echo(
-        f"{endpoint.name} judged {plural(run.judged, 'battle')}{where} ({run.invalid} without a "
-        f"usable verdict); {before} {'was' if before == 1 else 'were'} judged before.",
+        f"{endpoint.name} judged {plural(battles, 'battle')}{where}{orders} ({run.invalid} "
+        f"without a usable verdict); {before} {'was' if before == 1 else 'were'} judged before.",
         err=True,
     )
+    if both:
+        said = position_bias_sentence(rows)
+        if said:
+            click.echo(said, err=True)
+    warning = family_warning(
+        [endpoint.name, endpoint.model], [m for r in rows for m in (r["model_a"], r["model_b"])]
+    )
+    if warning:
+        click.echo(warning, err=True)
     if run.failures:
+        failed = len({i for i, _ in run.failures})
         raise LmdError(
-            f"{plural(len(run.failures), 'battle')} "
-            f"{'was' if len(run.failures) == 1 else 'were'} not judged "
+            f"{plural(failed, 'battle')} "
+            f"{'was' if failed == 1 else 'were'} not judged "
             f"(first: {run.failures[0][1]}); run the same command again to retry them."
         )
+
+
+def position_bias_sentence(rows: list[dict]) -> str | None:
+    """The position-bias figures of battles judged in both orders, as `ablation` gives them."""
+    from .judge import consistency, order_pairs
+
+    report = consistency(*order_pairs(rows))
+    lines = []
+    for name, st in report.items():
+        if not st["battles"]:
+            continue
+        first = st["first_position_wins"]
+        lines.append(
+            f"Position bias of {name}: the two orders agree on {st['agreement']:.1%} of "
+            f"{plural(st['battles'], 'battle')} (a disagreement counts as a tie); the answer "
+            "shown first won "
+            + ("no decisive verdict" if first is None else f"{first:.1%}")
+            + f" of {plural(st['decisive_verdicts'], 'decisive verdict')} (50% is no bias)."
+        )
+    return "\n".join(lines) or None
 
 
 @elo.command("merge")
@@ -417,6 +504,20 @@ def ablation(
             original.append({**r, "winner": winner, "is_valid": "true"})
     if not original:
         raise LmdError(f"{judged_file} has no valid verdicts to re-judge.")
+    if all((r.get("gpt_4_response_ba") or "").strip() for r in original):
+        # judged in both orders already: the figures are in the file, nothing is asked
+        from .judge import order_pairs
+
+        click.echo(
+            f"{judged_file} was judged in both orders; the figures come from its two verdicts "
+            "per battle, and no judge is asked.",
+            err=True,
+        )
+        _print_consistency(consistency(*order_pairs(original)), as_json)
+        if consistent_out:
+            keep = [r for r in original if r.get("winner_ab") == r.get("winner_ba")]
+            write_table(consistent_out, columns_of(original), keep)
+        return
     swapped = [{**r, "judge": "", "gpt_4_response": "", "winner": ""} for r in original]
     columns = columns_of(swapped)
     by_judge: dict[str, list[int]] = {}
@@ -447,20 +548,24 @@ def ablation(
     if consistent_out:
         keep = [o for o, s in pairs if s.get("is_valid") == "true" and o["winner"] == s["winner"]]
         write_table(consistent_out, columns_of(original), keep)
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
-    else:
-        click.echo(f"{'judge':<24} {'battles':>8} {'agree':>7} {'1st pos. wins':>14}")
-        for name, st in report.items():
-            agree = "-" if st["agreement"] is None else f"{st['agreement']:.1%}"
-            first = st["first_position_wins"]
-            first_text = "-" if first is None else f"{first:.1%}"
-            click.echo(f"{name:<24} {st['battles']:>8} {agree:>7} {first_text:>14}")
+    _print_consistency(report, as_json)
     if failures:
         raise LmdError(
             f"{plural(failures, 'battle')} {'was' if failures == 1 else 'were'} not re-judged; "
             "run the same command with -o to resume."
         )
+
+
+def _print_consistency(report: dict, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    click.echo(f"{'judge':<24} {'battles':>8} {'agree':>7} {'1st pos. wins':>14}")
+    for name, st in report.items():
+        agree = "-" if st["agreement"] is None else f"{st['agreement']:.1%}"
+        first = st["first_position_wins"]
+        first_text = "-" if first is None else f"{first:.1%}"
+        click.echo(f"{name:<24} {st['battles']:>8} {agree:>7} {first_text:>14}")
 
 
 @elo.command()
@@ -515,7 +620,8 @@ def leaderboard(
     opts = rating.options(bootstrap=rating.bootstrap or 0)  # intervals only when asked
     judged = read_battles(battles_file, rating.skip_invalid)
     _note_skipped(judged)
-    board, _, _ = compute(judged.rows, opts)
+    board, _, _ = compute(judged.rows, opts, str(battles_file))
+    _note_board(board, judged.rows)
     text = render(board, "json" if as_json else fmt)
     if output:
         write_text(output, text + "\n")
@@ -547,7 +653,8 @@ def report(
     opts = rating.options()
     judged = read_battles(battles_file, rating.skip_invalid)
     _note_skipped(judged)
-    board, battles, ratings = compute(judged.rows, opts)
+    board, battles, ratings = compute(judged.rows, opts, str(battles_file))
+    _note_board(board, judged.rows)
     qa = read_qa(qa_file) if qa_file else None
     page = render_page(
         board, battles, ratings, judged.rows, opts.params, title, str(battles_file), qa
@@ -600,6 +707,79 @@ def matrix(
         write_text(output, text.getvalue())
     else:
         click.echo(text.getvalue().rstrip("\n"))
+
+
+@elo.command()
+@click.argument("judged_file", type=FILE)
+@click.argument("human_file", type=FILE)
+@click.option("--judge", "judge_name", help="Only the rows of this judge in JUDGED_FILE.")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@click.option("--skip-invalid", is_flag=True, help="Leave out rows with unknown winners.")
+def agreement(
+    judged_file: Path, human_file: Path, judge_name: str | None, as_json: bool, skip_invalid: bool
+) -> None:
+    """How far an LLM judge agrees with people: per battle (agreement and Cohen's kappa, with
+    and without ties) where both files judged the same battles (question and pair of models),
+    and per model (rank correlation of the Bradley–Terry ratings of the two files)."""
+    from .checks import battle_agreement, rating_agreement
+    from .files import read_battles
+    from .leaderboard import Options, compute
+
+    judged = read_battles(judged_file, skip_invalid)
+    human = read_battles(human_file, skip_invalid)
+    rows = judged.rows
+    if judge_name:
+        rows = [r for r in rows if (r.get("judge") or "") == judge_name]
+        if not rows:
+            raise LmdError(f"{judged_file} has no verdicts of the judge {judge_name}.")
+    found = battle_agreement(rows, human.rows)
+    if not found.battles:
+        lacking = [
+            str(f)
+            for f, t in ((judged_file, rows), (human_file, human.rows))
+            if not any((r.get("question") or "").strip() for r in t)
+        ]
+        found.notes.append(
+            "No battle is in both files, so there is no per-battle agreement"
+            + (
+                f" ({' and '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} no "
+                "questions to match battles by)"
+                if lacking
+                else ""
+            )
+            + "; the ratings are compared below."
+        )
+    elif found.kappa is None:
+        found.notes.append(
+            "Every matched battle has one and the same verdict on both sides, "
+            "so Cohen's kappa is undefined."
+        )
+    mine = compute(rows, Options())[0]["ratings"]
+    theirs = compute(human.rows, Options())[0]["ratings"]
+    rating_agreement(mine, theirs, found)
+    for note in found.notes:
+        click.echo(note, err=True)
+    if as_json:
+        click.echo(json.dumps(found.to_dict(), indent=2))
+        return
+
+    def share(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1%}"
+
+    def num(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
+    if found.battles:
+        click.echo(
+            f"Per battle ({plural(found.battles, 'battle')} in both files): agreement "
+            f"{share(found.agreement)}, Cohen's kappa {num(found.kappa)} (ties one class); "
+            f"without ties ({plural(found.decisive, 'battle')} both called for a side): "
+            f"agreement {share(found.agreement_decisive)}, kappa {num(found.kappa_decisive)}."
+        )
+    click.echo(
+        f"Per model ({plural(found.models, 'model')} rated in both): Spearman "
+        f"{num(found.spearman)}, model pairs in the same order {share(found.pair_order)}."
+    )
 
 
 @elo.command("import")

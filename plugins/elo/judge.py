@@ -19,6 +19,13 @@ from typing import Any
 from .backends import Endpoint, run_all
 from .language import language_of
 
+MIRROR = {
+    "model_a": "model_b",
+    "model_b": "model_a",
+    "tie": "tie",
+    "tie (bothbad)": "tie (bothbad)",
+}
+
 GPT4_PROMPT = """You are a fair judge of two AI assistants' answers to the same question.
 
 Question:
@@ -168,22 +175,79 @@ class JudgeRun:
     failures: list[tuple[int, str]] = field(default_factory=list)  # (row index, why)
 
 
-def fill_verdict(row: dict, response: str, judge_name: str, swapped: bool = False) -> dict:
-    """The full columns of a judged battle; `swapped` means answer B was shown first."""
+# Both orders: each battle is judged with A shown first and with B shown first. The first
+# order keeps the spec's columns (gpt_4_response, gpt_4_justification); the second adds these,
+# and winner_ab / winner_ba hold each order's verdict in the battle's own orientation.
+ORDER_COLUMNS = ["winner_ab", "winner_ba", "gpt_4_response_ba", "gpt_4_justification_ba"]
+
+
+def fill_verdict(
+    row: dict, response: str, judge_name: str, swapped: bool = False, both: bool = False
+) -> dict:
+    """The full columns of a judged battle; `swapped` means answer B was shown first.
+
+    With `both`, the response is one of the battle's two orders and `winner` becomes the
+    combined verdict once both are in (see `combine_orders`)."""
     winner, why, valid = verdict(response)
     if swapped and winner in ("model_a", "model_b"):
-        winner = "model_b" if winner == "model_a" else "model_a"
+        winner = MIRROR[winner]
     row.update(
         judge=judge_name,
         turn=row.get("turn") or "1",
         language=row.get("language") or language_of(row.get("question") or ""),
         tstamp=f"{time.time():.3f}",
-        gpt_4_response=response,
-        gpt_4_justification=why,
-        is_valid="true" if valid else "false",
-        winner=winner or "",
     )
+    if not both:
+        row.update(
+            gpt_4_response=response,
+            gpt_4_justification=why,
+            is_valid="true" if valid else "false",
+            winner=winner or "",
+        )
+        return row
+    if swapped:
+        row.update(gpt_4_response_ba=response, gpt_4_justification_ba=why)
+    else:
+        row.update(gpt_4_response=response, gpt_4_justification=why)
+    combine_orders(row)
     return row
+
+
+def combined_verdict(ab: str | None, ba: str | None) -> str | None:
+    """The verdict of a battle judged in both orders, as arena-hard-auto scores it: two
+    verdicts that agree stand; any disagreement is a tie (a win in one order and a loss in
+    the other cancel out, as arena-hard-auto's two games do); an order without a usable
+    verdict is left out, as arena-hard-auto drops an unparsable game."""
+    if ab is None or ba is None:
+        return ab or ba
+    if ab == ba:
+        return ab
+    return "tie"
+
+
+def combine_orders(row: dict) -> dict:
+    """Fill winner_ab, winner_ba, winner and is_valid from the two orders' responses; a row
+    with an order still missing has no winner yet (is_valid false until it is judged)."""
+    first, second = row.get("gpt_4_response") or "", row.get("gpt_4_response_ba") or ""
+    ab = verdict(first)[0] if first.strip() else None
+    ba = verdict(second)[0] if second.strip() else None
+    if ba in ("model_a", "model_b"):
+        ba = MIRROR[ba]  # the swapped order showed B first: its "Model 1" is model_b
+    row["winner_ab"], row["winner_ba"] = ab or "", ba or ""
+    winner = combined_verdict(ab, ba) if first.strip() and second.strip() else None
+    row["winner"] = winner or ""
+    row["is_valid"] = "true" if winner else "false"
+    return row
+
+
+def pending_orders(row: dict, both: bool) -> list[bool]:
+    """The orders (swapped or not) still to judge for this row."""
+    out = []
+    if not (row.get("gpt_4_response") or "").strip():
+        out.append(False)
+    if both and not (row.get("gpt_4_response_ba") or "").strip():
+        out.append(True)
+    return out
 
 
 def judge_rows(
@@ -194,21 +258,32 @@ def judge_rows(
     save: Callable[[], None] | None = None,
     prompt: str = GPT4_PROMPT,
     swapped: bool = False,
+    swapped_todo: list[int] | None = None,
 ) -> JudgeRun:
-    """Judge rows[i] for i in todo in place (answer_a shown as Model 1 unless `swapped`)."""
-    return asyncio.run(_judge(rows, endpoint, todo, concurrency, save, prompt, swapped))
+    """Judge rows[i] for i in todo in place (answer_a shown as Model 1 unless `swapped`).
+
+    With `swapped_todo` the battles are judged in both orders, all calls in flight
+    together: rows in `todo` with A first, rows in `swapped_todo` with B first, and each
+    row's `winner` is the two orders' combined verdict (`combine_orders`)."""
+    if swapped_todo is not None:
+        jobs = [(i, False) for i in todo] + [(i, True) for i in swapped_todo]
+    else:
+        jobs = [(i, swapped) for i in todo]
+    both = swapped_todo is not None
+    return asyncio.run(_judge(rows, endpoint, jobs, concurrency, save, prompt, both))
 
 
 async def _judge(
     rows: list[dict],
     endpoint: Endpoint,
-    todo: list[int],
+    jobs: list[tuple[int, bool]],
     concurrency: int,
     save: Callable[[], None] | None,
     prompt: str,
-    swapped: bool,
+    both: bool,
 ) -> JudgeRun:
     run = JudgeRun()
+    todo = [i for i, _ in jobs]
     # Detect the questions' languages now, off the event loop (the detector loads its model
     # once), so filling each verdict costs nothing while answers stream in.
     questions = {rows[i].get("question") or "" for i in todo if not rows[i].get("language")}
@@ -216,24 +291,25 @@ async def _judge(
     llm = endpoint.client()
     ask = await verdict_request(llm)
 
-    def job(row: dict):
+    def job(row: dict, swapped: bool):
         first, second = row["answer_a"], row["answer_b"]
         if swapped:
             first, second = second, first
         messages = judge_messages(prompt, row["question"], first, second)
         return lambda: llm.chat(messages, temperature=0, **ask)
 
-    def done(i: int, response: str) -> None:
-        row = fill_verdict(rows[todo[i]], response, endpoint.name, swapped)
+    def done(k: int, response: str) -> None:
+        i, swapped = jobs[k]
+        fill_verdict(rows[i], response, endpoint.name, swapped, both)
         run.judged += 1
-        run.invalid += row["is_valid"] == "false"
+        run.invalid += verdict(response)[0] is None
 
-    def failed(i: int, e: Exception) -> None:
-        run.failures.append((todo[i], getattr(e, "message", str(e))))
+    def failed(k: int, e: Exception) -> None:
+        run.failures.append((jobs[k][0], getattr(e, "message", str(e))))
 
     try:
         await run_all(
-            [job(rows[i]) for i in todo],
+            [job(rows[i], swapped) for i, swapped in jobs],
             concurrency,
             done,
             failed,
@@ -248,12 +324,15 @@ async def _judge(
 
 
 # -- ablation: does the verdict survive swapping the answers? --------------------------------
-MIRROR = {
-    "model_a": "model_b",
-    "model_b": "model_a",
-    "tie": "tie",
-    "tie (bothbad)": "tie (bothbad)",
-}
+def order_pairs(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Rows judged in both orders as (first-order, second-order) verdicts for `consistency`."""
+    first, second = [], []
+    for r in rows:
+        ab, ba = r.get("winner_ab") or "", r.get("winner_ba") or ""
+        judge = r.get("judge") or "?"
+        first.append({"judge": judge, "winner": ab, "is_valid": "true" if ab else "false"})
+        second.append({"judge": judge, "winner": ba, "is_valid": "true" if ba else "false"})
+    return first, second
 
 
 def consistency(original: list[dict], swapped: list[dict]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ class Options:
     bootstrap: int = 0
     seed: int | None = None
     anchor: tuple[str, float] | None = None
+    style: bool = False  # Bradley–Terry with length and markdown as covariates
 
 
 def options_from(
@@ -45,6 +46,7 @@ def options_from(
     base: float | None = None,
     initial: float | None = None,
     anchor: str | None = None,
+    style: bool = False,
 ) -> Options:
     """Options from the values given (CLI flags, query parameters) over the elo_* settings."""
 
@@ -66,6 +68,7 @@ def options_from(
         bootstrap=pick(bootstrap, "elo_bootstrap_rounds"),
         seed=None if seed is not None and seed < 0 else seed,
         anchor=parse_anchor(anchor),
+        style=style,
     )
 
 
@@ -83,18 +86,41 @@ def parse_anchor(text: str | None) -> tuple[str, float] | None:
     return model.strip(), rating
 
 
-def compute(rows: list[dict], opts: Options) -> tuple[dict[str, Any], Battles, Any]:
+def compute(
+    rows: list[dict], opts: Options, source: str = "the battles"
+) -> tuple[dict[str, Any], Battles, Any]:
     """The leaderboard JSON, the battle arrays and the point ratings (array, model order)."""
     import numpy as np
+
+    from .style import identifiability_notes
 
     if opts.method not in METHODS:
         raise LmdError(f"The method {opts.method!r} is unknown; use bt or online.")
     if opts.bootstrap < 0:
         raise LmdError("The number of bootstrap rounds cannot be negative; use 0 or more.")
+    if opts.style and opts.method != "bt":
+        raise LmdError(
+            "Style control is a Bradley–Terry fit; use it with --method bt (the default)."
+        )
     battles = Battles.from_rows((r["model_a"], r["model_b"], r["winner"]) for r in rows)
     params = opts.params or EloParams()
-    fit = bradley_terry if opts.method == "bt" else online_elo
-    ratings = fit(battles, params)
+    samples = None
+    style: dict[str, Any] | None = None
+    if opts.style:
+        from .style import style_control, style_counts
+
+        fit = style_control(battles, style_counts(rows, source), params, opts.bootstrap, opts.seed)
+        ratings, samples, notes = fit.ratings, fit.samples, fit.notes
+        style = {"features": list(fit.coefficients), "coefficients": fit.coefficients}
+        if fit.coefficient_samples is not None:
+            lo, hi = np.percentile(fit.coefficient_samples, [2.5, 97.5], axis=0)
+            style["ci"] = {f: [0.0, 0.0] for f in fit.features.constant}
+            for k, f in enumerate(fit.features.kept):
+                style["ci"][f] = [float(lo[k]), float(hi[k])]
+    else:
+        fit_ = bradley_terry if opts.method == "bt" else online_elo
+        ratings = fit_(battles, params)
+        notes = identifiability_notes(battles) if opts.method == "bt" else []
     if opts.anchor:
         ratings = anchor(ratings, battles.models, *opts.anchor)
     counts = battles.counts()
@@ -103,9 +129,14 @@ def compute(rows: list[dict], opts: Options) -> tuple[dict[str, Any], Battles, A
         "ratings": {m: float(r) for m, r in zip(battles.models, ratings, strict=True)},
         "battles": {m: int(c) for m, c in zip(battles.models, counts, strict=True)},
     }
+    if style is not None:
+        out["style_control"] = style
+    if notes:
+        out["notes"] = notes
     if opts.bootstrap:
-        boot = bt_bootstrap if opts.method == "bt" else online_elo_bootstrap
-        samples = boot(battles, opts.bootstrap, params, seed=opts.seed)
+        if samples is None:
+            boot = bt_bootstrap if opts.method == "bt" else online_elo_bootstrap
+            samples = boot(battles, opts.bootstrap, params, seed=opts.seed)
         if opts.anchor:
             samples = anchor(samples, battles.models, *opts.anchor)
         s = summarise(samples, battles.models)
@@ -117,6 +148,23 @@ def compute(rows: list[dict], opts: Options) -> tuple[dict[str, Any], Battles, A
         m: float(w / c) for m, w, c in zip(battles.models, wins, counts, strict=True)
     }
     return out, battles, ratings
+
+
+def style_lines(board: dict[str, Any]) -> list[str]:
+    """The style coefficients, one line each, for the terminal and the page."""
+    style = board.get("style_control")
+    if not style:
+        return []
+    out = [
+        "Style coefficients (log-odds per standard deviation of the feature; > 0: the "
+        "longer / more formatted answer is preferred, style alone):"
+    ]
+    for f in style["features"]:
+        c = style["coefficients"][f]
+        ci = style.get("ci", {}).get(f)
+        span = f"  95% CI {ci[0]:+.3f} – {ci[1]:+.3f}" if ci else ""
+        out.append(f"  {f:<8} {c:+.3f}  (odds x{math.exp(c):.2f}){span}")
+    return out
 
 
 def ordered(board: dict[str, Any]) -> list[str]:
@@ -146,7 +194,8 @@ def rows_of(board: dict[str, Any]) -> list[dict[str, Any]]:
 def render(board: dict[str, Any], fmt: str) -> str:
     """The leaderboard as a terminal table, CSV, Markdown or JSON."""
     if fmt == "json":
-        public = {k: board.get(k) for k in ("method", "ratings", "battles", "median", "ci", "rank")}
+        keys = ("method", "ratings", "battles", "median", "ci", "rank", "style_control", "notes")
+        public = {k: board.get(k) for k in keys}
         public = {k: v for k, v in public.items() if v is not None}
         return json.dumps(public, indent=2, ensure_ascii=False)
     rows = rows_of(board)
@@ -180,7 +229,8 @@ def render(board: dict[str, Any], fmt: str) -> str:
     if fmt == "markdown":
         lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
         lines += ["| " + " | ".join(b) + " |" for b in body]
-        return "\n".join(lines)
+        style = style_lines(board)
+        return "\n".join(lines + ([""] + style if style else []))
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
     right = {0, 2, 3, 4, 5, 6} if has_ci else {0, 2, 3, 4}
 
@@ -191,10 +241,12 @@ def render(board: dict[str, Any], fmt: str) -> str:
         ).rstrip()
 
     title = "Bradley–Terry" if board["method"] == "bt" else "online Elo"
+    if board.get("style_control"):
+        title += " with style control"
     if has_ci:
         title += f", {board['bootstrap']} bootstrap rounds"
     total = sum(board["battles"].values()) // 2
     out = [f"{title}; {plural(total, 'battle')}, {plural(len(rows), 'model')}", line(head)]
     out.append("  ".join("-" * w for w in widths))
     out += [line(b) for b in body]
-    return "\n".join(out)
+    return "\n".join(out + style_lines(board))

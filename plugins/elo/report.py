@@ -16,7 +16,7 @@ from typing import Any
 
 from daemon.api import plural
 
-from .leaderboard import ordered, rows_of
+from .leaderboard import ordered, rows_of, style_lines
 from .ratings import Battles, EloParams, matrices, online_elo_history
 
 TEMPLATE = Path(__file__).with_name("report.html")
@@ -352,10 +352,15 @@ def render_page(
     explore = exploration(rows, qa)
     table = _table(board)
     method = "Bradley–Terry" if board["method"] == "bt" else "online Elo"
+    if board.get("style_control"):
+        method += " with style control"
     boot = f", {board['bootstrap']} bootstrap rounds" if "ci" in board else ""
     total = len(battles)
+    notes = "".join(f'<p class="note">{esc(n)}</p>' for n in board.get("notes", []))
+    style = "\n".join(style_lines(board))
     sections = [
-        ("Leaderboard", table),
+        ("Leaderboard", notes + table),
+        *([("Style coefficients", f"<pre>{esc(style)}</pre>")] if style else []),
         (f"Ratings ({method}{boot})", ratings_plot(board)),
         (
             "Win rate of the row model against the column model (ties count half)",

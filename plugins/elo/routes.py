@@ -24,6 +24,9 @@ def _options(request: Any, settings: Any) -> Any:
     method = q.get("method")
     if method is not None and method not in ("bt", "online"):
         raise LmdError("The method must be bt or online.")
+    style = q.get("style", "0").strip().lower()
+    if style not in ("0", "1", "true", "false", "yes", "no", ""):
+        raise LmdError("style must be 1 (style control) or 0.")
     bootstrap = number("bootstrap", int)
     if bootstrap is not None and not 0 <= bootstrap <= settings.spec("elo_bootstrap_rounds").max:
         raise LmdError("bootstrap must be from 0 to 100000 rounds.")
@@ -34,6 +37,7 @@ def _options(request: Any, settings: Any) -> Any:
         seed=number("seed", int),
         k=number("k", float),
         anchor=q.get("anchor"),
+        style=style in ("1", "true", "yes"),
     )
 
 
@@ -52,7 +56,7 @@ def _compute(daemon: Any, request: Any) -> tuple[dict, Any, Any, list, Any]:
     rows = all_battles(daemon.store)
     if not rows:
         return {"method": opts.method, "ratings": {}, "battles": {}}, None, None, rows, opts
-    board, battles, ratings = compute(rows, opts)
+    board, battles, ratings = compute(rows, opts, "the stored battles")
     result = (board, battles, ratings, rows, opts)
     daemon.state["elo_leaderboard"] = (key, result)
     return result
@@ -143,6 +147,7 @@ _QUERY = [
     },
     {"name": "seed", "in": "query", "schema": {"type": "integer"}},
     {"name": "k", "in": "query", "schema": {"type": "number", "minimum": 0}},
+    {"name": "style", "in": "query", "schema": {"type": "string", "enum": ["0", "1"]}},
 ]
 
 

@@ -61,7 +61,7 @@ def copy_verdicts(
     others: list[dict] = []
     for r in judged_rows:
         key = battle_key(r.get("question", ""), r["model_a"], r["model_b"])
-        judged = r.get("winner", "").strip() or r.get("gpt_4_response", "").strip()
+        judged = is_judged(r)
         if judged and (judge is None or r.get("judge") == judge) and key not in done:
             done[key] = r
         else:
@@ -79,8 +79,16 @@ def copy_verdicts(
     return others + list(done.values()), todo
 
 
+def is_judged(row: dict) -> bool:
+    """A verdict or a judge's response in either order (a half-judged battle is kept)."""
+    return any((row.get(c) or "").strip() for c in JUDGED_MARKS)
+
+
+JUDGED_MARKS = ("winner", "gpt_4_response", "gpt_4_response_ba")
+
+
 def judged_only(rows: list[dict]) -> list[dict]:
-    return [r for r in rows if r.get("winner") or r.get("gpt_4_response")]
+    return [r for r in rows if is_judged(r)]
 
 
 def columns_of(rows: list[dict]) -> list[str]:

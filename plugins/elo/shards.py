@@ -56,8 +56,11 @@ def answer_record(part: Shard, questions: Path, endpoint: Any, system: str) -> d
     return _record("answer", part, run, {"questions": _input(questions)})
 
 
-def judge_record(part: Shard, battles: Path, qa: Path | None, endpoint: Any, prompt: str) -> dict:
+def judge_record(
+    part: Shard, battles: Path, qa: Path | None, endpoint: Any, prompt: str, both: bool = True
+) -> dict:
     run = {"judge": endpoint.name, "model_id": endpoint.model, "prompt": _short_hash(prompt)}
+    run["orders"] = 2 if both else 1
     return _record("judge", part, run, {"battles": _input(battles), "qa": _input(qa)})
 
 
@@ -367,6 +370,13 @@ def _merge_verdicts(
     table = read_table(source)
     check_arrangement(table)
     rows = full_rows(table, read_qa(qa_path) if qa_path else None)
+    both = record["run"].get("orders", 1) == 2  # records before both orders have no "orders"
+    if both:
+        from .judge import ORDER_COLUMNS
+
+        for r in rows:
+            for c in ORDER_COLUMNS:
+                r.setdefault(c, "")
     columns = columns_of(rows)
     judge = record["run"]["judge"]
     wanted = {battle_key(r["question"], r["model_a"], r["model_b"]) for r in rows}
@@ -390,6 +400,10 @@ def _merge_verdicts(
     earlier, todo = _existing(output, lambda out: resume_rows(rows, out, judge), "judged battles")
     picked = [rows[i] for i in todo]
     _, missing = copy_verdicts(picked, verdicts, judge)
+    if both:  # a part cut off between a battle's two orders has half a verdict
+        from .judge import pending_orders
+
+        missing = sorted({*missing, *(i for i, r in enumerate(picked) if pending_orders(r, True))})
     if missing:
         r = picked[missing[0]]
         index = part_of(battle_identity(r["question"], r["model_a"], r["model_b"]), count)

@@ -45,7 +45,7 @@ def ok(result) -> str:
     return result.stdout
 
 
-def setup_dataset(d: Path, home: Path) -> None:
+def setup_dataset(d: Path, home: Path, *judge_flags: str) -> None:
     """The spec's 'set up a dataset' steps up to judged battles."""
     for m in MODELS:
         ok(lmd(home, "elo", "answer", str(d / "questions.csv"), "-m", m, "-o", str(d / "qa.csv")))
@@ -62,6 +62,7 @@ def setup_dataset(d: Path, home: Path) -> None:
             JUDGE,
             "-o",
             str(d / "judged.csv"),
+            *judge_flags,
         )
     )
 
@@ -92,9 +93,9 @@ def test_set_up_a_dataset_flow(arena, home, backend):
     assert row["gpt_4_justification"] == "alpha-7b vs gamma-70b."
     assert row["gpt_4_response"].startswith("Score of Model 1: 0\n")
     assert float(row["tstamp"]) > 1.6e9
-    # the judge saw the question and both answers, A as Model 1, at temperature 0
+    # the judge saw the question and both answers, in both orders, at temperature 0
     judge_calls = [b for b in backend.chat_requests if is_judge_request(b)]
-    assert len(judge_calls) == 9 and all(b["model"] == f"{JUDGE}-id" for b in judge_calls)
+    assert len(judge_calls) == 18 and all(b["model"] == f"{JUDGE}-id" for b in judge_calls)
     prompt = next(
         b["messages"][0]["content"]
         for b in judge_calls
@@ -170,7 +171,7 @@ def test_add_a_model_flow(arena, home, backend):
             str(d / "judged.csv"),
         )
     )
-    assert len(backend.chat_requests) == 9  # nothing judged twice
+    assert len(backend.chat_requests) == 18  # 9 new battles in both orders, nothing twice
     assert len(read_csv(d / "judged.csv")) == 18
     board = json.loads(ok(lmd(home, "elo", "leaderboard", str(d / "judged.csv"), "--json")))
     assert max(board["ratings"], key=board["ratings"].get) == "delta-1t"
@@ -218,7 +219,7 @@ def test_add_a_question_flow(arena, home, backend):
             str(d / "judged.csv"),
         )
     )
-    assert len(backend.chat_requests) == 3
+    assert len(backend.chat_requests) == 6  # 3 new battles, both orders
     assert len(read_csv(d / "judged.csv")) == 12
 
 
@@ -308,7 +309,7 @@ def test_judge_failure_keeps_what_was_done(arena, home, backend):
             str(d / "judged.csv"),
         )
     )
-    assert len(backend.chat_requests) == 3
+    assert len(backend.chat_requests) == 6  # the 3 failed battles, both orders
     assert len(read_csv(d / "judged.csv")) == 9
 
 
@@ -347,7 +348,7 @@ def test_answer_failure_is_resumable(arena, home, backend):
 def test_ablation_measures_position_bias(arena, home, backend):
     d = arena
     backend.handler = arena_handler(first_position_bias=True)
-    setup_dataset(d, home)
+    setup_dataset(d, home, "--one-order")  # ablation is for files judged in one order
     backend.clear()
     out = ok(
         lmd(
@@ -827,7 +828,8 @@ def test_custom_prompt_and_its_bad_forms(arena, home, backend):
         "Q: What is CUDA?\n1: alpha-7b answers: What is CUDA?\n"
         "2: beta-13b answers: What is CUDA?\nScore of Model 1?"
     )
-    assert {r["winner"] for r in read_csv(d / "j.csv")} == {"model_a"}
+    # "Model 1" wins in both orders: the orders disagree on every battle, so all are ties
+    assert {r["winner"] for r in read_csv(d / "j.csv")} == {"tie"}
     prompt.write_text("Judge {question} please")
     fails(
         lmd(

@@ -29,14 +29,14 @@ def test_a_verdict_held_to_the_schema_reads_by_name(response, scores, why):
     assert justification(response) == why
 
 
-def judge_one_file(tmp_path, home, rows):
+def judge_one_file(tmp_path, home, rows, *flags):
     battles = write_csv(
         tmp_path / "battles.csv",
         ["question", "model_a", "model_b", "answer_a", "answer_b"],
         rows,
     )
     out = tmp_path / "judged.csv"
-    result = lmd(home, "elo", "judge", str(battles), "-o", str(out))
+    result = lmd(home, "elo", "judge", str(battles), "-o", str(out), *flags)
     assert result.exit_code == 0, result.output
     return read_csv(out)
 
@@ -46,7 +46,7 @@ def test_a_server_with_schemas_gets_the_schema_and_the_seeds_prompt(tmp_path, ho
     backend.handler = lambda body: json.dumps(
         {"score_of_model_1": 0, "score_of_model_2": 1, "brief_explanation": "B is better."}
     )
-    rows = judge_one_file(tmp_path, home, [["What is 2+2?", "m1", "m2", "5", "4"]])
+    rows = judge_one_file(tmp_path, home, [["What is 2+2?", "m1", "m2", "5", "4"]], "--one-order")
     assert rows[0]["winner"] == "model_b" and rows[0]["is_valid"] == "true"
     assert rows[0]["gpt_4_justification"] == "B is better."
     sent = backend.chat_requests[-1]

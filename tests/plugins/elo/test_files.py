@@ -147,6 +147,6 @@ def test_judged_battles_carry_the_questions_language(tmp_path, home, backend):
     )
     out = tmp_path / "judged.csv"
     ok(lmd(home, "elo", "judge", str(battles), "--judge-model", JUDGE, "-o", str(out)))
-    assert sum(is_judge_request(b) for b in backend.chat_requests) == 4
+    assert sum(is_judge_request(b) for b in backend.chat_requests) == 8  # both orders
     by_question = {r["question"]: r["language"] for r in read_csv(out)}
     assert by_question == {questions[0]: "en", questions[1]: "de", questions[2]: "es", "2+2?": ""}
