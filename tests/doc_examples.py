@@ -1,0 +1,353 @@
+"""Every example of README.md and docs/*.md, run as written. sybil finds them (the root
+conftest.py hands it to pytest, and pyproject.toml's testpaths name the pages), so each block
+is a test item named by its page and line, e.g. `docs/knob.md::line:5,column:1`.
+
+How a page runs (one set-up per page, shared by its blocks, in order):
+
+- Its home: a temporary directory that is $HOME and the working directory, so `~` and the
+  default LMD_HOME (~/.local/share/lmd) are the test's own. The files the examples name
+  (company.db, alpaca.jsonl, questions.csv, ...) are made there, small.
+- Its model: the stand-in backend (tests/fake_backend.py), configured in that LMD_HOME.
+- Its daemon: a live `lmd serve` of the page's own on a free port, started by the first block
+  that runs. The docs' fixed address, http://127.0.0.1:8420 (or localhost:8420), is rewritten
+  to that daemon in every block, and LMD_URL points `lmd` at it. In what a command prints, the
+  daemon's address reads http://127.0.0.1:8420 again and the home reads /home/me, as the pages
+  show them.
+- ```sh blocks run with bash (aliases on), one process per block, PATH with this
+  environment's bin first (so `lmd` is the checkout's). Each command must exit 0.
+- A command's shown output is the comment lines right under it that start with `#  ` (a hash
+  and two spaces) or are a bare `#`; other comments are prose. The output is checked with
+  whitespace collapsed and `...` standing for any text.
+- ```python blocks run in this process, in one namespace per page, with the same address
+  rewritten, the page's home as the working directory and $HOME, and LMD_URL set.
+- Hidden set-up, `<!-- invisible-code-block: python ... -->`, runs like a python block with
+  `backend` (queue the stand-in's replies, or set its handler), `env` (variables for the
+  blocks after it) and `work` (the page's home) at hand.
+- `<!-- skip: next "why" -->` skips the next block, and the test report gives the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sybil import Example, Sybil
+from sybil.parsers.markdown import CodeBlockParser, SkipParser
+
+from tests.daemons import ROOT, SHARED, LiveDaemon, configure
+from tests.fake_backend import FakeBackend, Reply
+
+DOCS_ADDRESS = re.compile(r"(?:http://)?(?:127\.0\.0\.1|localhost):8420")
+SHOWN_HOME = "/home/me"
+BIN = Path(sys.executable).parent
+BLOCK_TIMEOUT = 120  # seconds a whole block may take (its commands talk to a stand-in)
+# What the developer's shell may hold that would point an example elsewhere.
+FOREIGN = ("ENSEMBLE", "AGGREGATION", "THINKING", "SERVER_URL", "API_TOKEN", "MODEL")
+
+
+def clean_environ() -> dict[str, str]:
+    """os.environ without the developer's lmd and OpenAI variables."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LMD_", "OPENAI_", "XDG_")) and k not in FOREIGN
+    }
+
+
+# -- the page's world -------------------------------------------------------------------------
+
+
+@dataclass
+class Page:
+    """A page's home, stand-in backend and (once needed) live daemon."""
+
+    root: Path
+    backend: FakeBackend
+    env: dict[str, str] = field(default_factory=dict)
+    daemon: LiveDaemon | None = None
+    py: dict = field(default_factory=dict)  # the namespace of the page's python blocks
+
+    @property
+    def work(self) -> Path:
+        return self.root / "me"
+
+    @property
+    def lmd_home(self) -> Path:
+        return self.work / ".local" / "share" / "lmd"
+
+    def environ(self) -> dict[str, str]:
+        """The environment every example runs in."""
+        env = {
+            **clean_environ(),
+            "HOME": str(self.work),
+            "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "LMD_TOKENIZER": "estimate",
+            **self.env,
+        }
+        if self.daemon:
+            env["LMD_URL"] = self.daemon.url
+        return env
+
+    def start_daemon(self) -> LiveDaemon:
+        if self.daemon is None:
+            saved = dict(os.environ)
+            try:  # LiveDaemon starts from os.environ
+                os.environ.clear()
+                os.environ.update(self.environ())
+                self.daemon = LiveDaemon(self.lmd_home)
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+        return self.daemon
+
+    def rewrite(self, source: str) -> str:
+        """The docs' fixed address -> this page's daemon."""
+        port = self.start_daemon().port
+        return DOCS_ADDRESS.sub(lambda m: m[0].replace("8420", str(port)).replace(
+            "localhost", "127.0.0.1"), source)  # fmt: skip
+
+    def as_shown(self, output: str) -> str:
+        """What a command printed, with the daemon's address and the home as the docs show."""
+        if self.daemon:
+            output = output.replace(f"127.0.0.1:{self.daemon.port}", "127.0.0.1:8420")
+        return output.replace(str(self.work), SHOWN_HOME)
+
+    @contextlib.contextmanager
+    def inside(self) -> Iterator[None]:
+        """This process, for a python block: the page's cwd and environment, then back."""
+        saved_env, saved_cwd = dict(os.environ), os.getcwd()
+        os.environ.clear()
+        os.environ.update(self.environ())
+        os.chdir(self.work)
+        try:
+            yield
+        finally:
+            os.chdir(saved_cwd)
+            os.environ.clear()
+            os.environ.update(saved_env)
+
+    def close(self) -> None:
+        if self.daemon:
+            self.daemon.stop()
+            self.daemon.log.close()
+        self.backend.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def docs_backend(body: dict) -> Reply | str | None:
+    """The stand-in's default answers, by what is asked (a page's hidden set-up may queue
+    others): a score where a score is asked, else a short sentence."""
+    messages = body.get("messages") or []
+    prompt = body.get("prompt") or (messages[-1].get("content") if messages else "") or ""
+    if isinstance(prompt, list):
+        prompt = json.dumps(prompt)
+    if prompt.rstrip().endswith("Score:"):  # LM_SCORE's question
+        return "10"
+    if prompt.rstrip().endswith("The answer is:"):  # SelectIT's rating: mostly 5 of 5
+        return Reply(" 5", logprobs=[(" 5", math.log(0.6), [(" 5", math.log(0.6)),
+                                                            ("4", math.log(0.4))])])  # fmt: skip
+    if "Score of Model 1" in prompt:  # the Elo judge prefers the first answer
+        return "Score of Model 1: 1\nScore of Model 2: 0\nBrief Explanation: it is clearer."
+    return None  # the queue, else "ok"
+
+
+def setup_page(namespace: dict) -> None:
+    backend = FakeBackend().start()
+    backend.handler = docs_backend
+    page = Page(Path(tempfile.mkdtemp(prefix="lmd-docs-")), backend)
+    page.work.mkdir()
+    os.chmod(page.root, 0o755)  # as root, sandboxed commands run as nobody: let them in
+    configure(
+        page.lmd_home,
+        openai_chat_endpoint=backend.url,
+        openai_model="fake-model",
+        llm_max_retries=0,
+        llm_timeout_secs=10,
+    )
+    make_fixtures(page.work)
+    namespace.update(
+        page=page, backend=backend, env=page.env, work=page.work, shared=SHARED.is_dir()
+    )
+
+
+def teardown_page(namespace: dict) -> None:
+    namespace["page"].close()
+
+
+def make_fixtures(work: Path) -> None:
+    """Small stand-ins for the files the examples name."""
+    db = sqlite3.connect(work / "company.db")
+    db.executescript(
+        """
+        CREATE TABLE emails (id INTEGER PRIMARY KEY, email TEXT, subject TEXT, body TEXT);
+        INSERT INTO emails VALUES (1, 'ann@example.com', 'Invoice 12', 'Please pay by Friday.'),
+                                  (2, 'bob@example.com', 'Lunch', 'Meet at noon?');
+        CREATE TABLE invoices (id INTEGER PRIMARY KEY, customer TEXT, product TEXT,
+                               amount REAL, description TEXT);
+        INSERT INTO invoices VALUES (1, 'Acme', 'CRM licence', 14000, 'Yearly software licence'),
+                                    (2, 'Initech', 'Chairs', 900, 'Office chairs');
+        """
+    )
+    db.commit()
+    db.close()
+    rows = [
+        {"instruction": "Add 2 and 2.", "input": "", "output": "4"},
+        {"instruction": "Name a prime.", "input": "", "output": "7"},
+        {"instruction": "Say hi.", "input": "", "output": "Hi."},
+    ]
+    (work / "alpaca.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (work / "questions.csv").write_text(
+        "question_id,question\n1,What is the capital of France?\n2,Name a prime number.\n"
+    )
+    # the home is a git repository (cobol works in one)
+    git = ["git", "-c", "user.name=Me", "-c", "user.email=me@example.com"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=work, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=work, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "Start"], cwd=work, check=True)
+    (work / ".gitconfig").write_text("[user]\n\tname = Me\n\temail = me@example.com\n")
+    (work / ".git" / "info" / "exclude").write_text(".gitconfig\n.local/\n.config/\n")
+    if SHARED.is_dir():  # `../shared/data/...`, as from a checkout beside the workplace's data
+        (work.parent / "shared").symlink_to(SHARED)
+
+
+# -- sh blocks --------------------------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    """One command (possibly several lines) and the output the page shows under it."""
+
+    line: int  # within the block, from 0
+    source: str
+    shown: list[str] = field(default_factory=list)
+
+
+def is_shown_output(line: str) -> bool:
+    stripped = line.strip()
+    return stripped == "#" or stripped.startswith("#  ")
+
+
+def complete(source: str) -> bool:
+    """Whether bash reads `source` as whole commands (no open quote, loop or continuation)."""
+    if source.rstrip().endswith("\\"):
+        return False
+    done = subprocess.run(["bash", "-n", "-c", source], capture_output=True)
+    return done.returncode == 0
+
+
+def steps_of(block: str) -> list[Step]:
+    steps: list[Step] = []
+    current: list[str] = []
+    start = 0
+    for i, line in enumerate(block.splitlines()):
+        if not current:
+            if is_shown_output(line) and steps:
+                steps[-1].shown.append(line.strip()[1:].strip())
+                continue
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue  # prose
+            start = i
+        current.append(line)
+        if complete("\n".join(current)):
+            steps.append(Step(start, "\n".join(current)))
+            current = []
+    if current:
+        steps.append(Step(start, "\n".join(current)))  # bash will say what is wrong
+    return steps
+
+
+def matches(shown: list[str], printed: str) -> bool:
+    """The shown output against what was printed: whitespace ignored (pages wrap long lines
+    and space out JSON), `...` any text."""
+    expected = "".join("".join(shown).split())
+    actual = "".join(printed.split())
+    pattern = ".*?".join(re.escape(part) for part in expected.split("..."))
+    return re.fullmatch(pattern, actual, re.S) is not None
+
+
+MARK = "\x1e"
+
+
+def run_sh(example: Example) -> str | None:
+    page: Page = example.namespace["page"]
+    steps = steps_of(example.parsed)
+    script = ["shopt -s expand_aliases"]
+    for n, step in enumerate(steps):
+        script.append(page.rewrite(step.source))
+        script.append(f"printf '{MARK}%d %d{MARK}' {n} $?")
+    proc = subprocess.Popen(
+        ["bash", "-c", "\n".join(script)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=page.environ(),
+        cwd=page.work,
+        start_new_session=True,  # its own process group: nothing it started outlives it
+    )
+    try:
+        printed, _ = proc.communicate(timeout=BLOCK_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        printed = proc.communicate()[0] + "\n[timed out]"
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    parts = printed.split(MARK)  # output, "n rc", output, "n rc", ..., trailing output
+    problems = []
+    for n, step in enumerate(steps):
+        where = f"line {example.line + 1 + step.line}: {step.source.splitlines()[0]}"
+        if 2 * n + 1 >= len(parts):
+            problems.append(f"{where}\n  did not finish; it printed:\n{parts[-1][-2000:]}")
+            break
+        output = page.as_shown(parts[2 * n])
+        rc = int(parts[2 * n + 1].split()[1])
+        if rc != 0:
+            problems.append(f"{where}\n  exited {rc}; it printed:\n{output[-2000:]}")
+        elif step.shown and not matches(step.shown, output):
+            shown = "\n".join(step.shown)
+            problems.append(f"{where}\n  the page shows:\n{shown}\n  it printed:\n{output[-2000:]}")
+    return "\n\n".join(problems) or None
+
+
+# -- python blocks ----------------------------------------------------------------------------
+
+
+def run_python(example: Example) -> None:
+    page: Page = example.namespace["page"]
+    invisible = example.document.text[example.region.start :].startswith("<!--")
+    if invisible:
+        # set-up code sees the page's parts, and runs before any daemon is needed
+        namespace = {**example.namespace, "page": page}
+        source = example.parsed
+    else:
+        namespace = page.py
+        source = page.rewrite(example.parsed)
+    # line numbers of a failure are the page's
+    code = compile("\n" * example.line + source, example.path, "exec")
+    with page.inside():
+        exec(code, namespace)
+
+
+sybil = Sybil(
+    parsers=[
+        CodeBlockParser("sh", evaluator=run_sh),
+        CodeBlockParser("python", evaluator=run_python),
+        SkipParser(),
+    ],
+    path=str(ROOT),
+    patterns=["README.md", "docs/*.md"],
+    setup=setup_page,
+    teardown=teardown_page,
+)
