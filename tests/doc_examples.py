@@ -78,6 +78,11 @@ class Page:
     env: dict[str, str] = field(default_factory=dict)
     daemon: LiveDaemon | None = None
     py: dict = field(default_factory=dict)  # the namespace of the page's python blocks
+    text: str = ""  # the page's markdown
+
+    def block(self, lang: str, n: int = 0) -> str:
+        """The text of the page's n-th ```lang block (hidden set-up saves one as a file)."""
+        return re.findall(rf"^```{lang}\n(.*?)^```", self.text, re.M | re.S)[n]
 
     @property
     def work(self) -> Path:
@@ -155,9 +160,9 @@ def docs_backend(body: dict) -> Reply | str | None:
         prompt = json.dumps(prompt)
     if prompt.rstrip().endswith("Score:"):  # LM_SCORE's question
         return "10"
-    if prompt.rstrip().endswith("The answer is:"):  # SelectIT's rating: mostly 5 of 5
-        return Reply(" 5", logprobs=[(" 5", math.log(0.6), [(" 5", math.log(0.6)),
-                                                            ("4", math.log(0.4))])])  # fmt: skip
+    if prompt.rstrip().endswith("The answer is:"):  # SelectIT's rating: 4 or 5, score 4.21
+        top = [(" 5", math.log(0.21)), ("4", math.log(0.79))]
+        return Reply("4", logprobs=[("4", math.log(0.79), top)])
     if "Score of Model 1" in prompt:  # the Elo judge prefers the first answer
         return "Score of Model 1: 1\nScore of Model 2: 0\nBrief Explanation: it is clearer."
     return None  # the queue, else "ok"
@@ -177,9 +182,8 @@ def setup_page(namespace: dict) -> None:
         llm_timeout_secs=10,
     )
     make_fixtures(page.work)
-    namespace.update(
-        page=page, backend=backend, env=page.env, work=page.work, shared=SHARED.is_dir()
-    )
+    page.py.update(page=page, backend=backend, env=page.env, work=page.work)
+    namespace.update(page=page, shared=SHARED.is_dir())  # `shared`: for skip conditions
 
 
 def teardown_page(namespace: dict) -> None:
@@ -326,18 +330,15 @@ def run_sh(example: Example) -> str | None:
 
 def run_python(example: Example) -> None:
     page: Page = example.namespace["page"]
-    invisible = example.document.text[example.region.start :].startswith("<!--")
-    if invisible:
-        # set-up code sees the page's parts, and runs before any daemon is needed
-        namespace = {**example.namespace, "page": page}
-        source = example.parsed
+    page.text = example.document.text
+    if example.document.text.startswith("<!--", example.region.start):
+        source = example.parsed  # hidden set-up: runs before any daemon is needed
     else:
-        namespace = page.py
         source = page.rewrite(example.parsed)
     # line numbers of a failure are the page's
     code = compile("\n" * example.line + source, example.path, "exec")
     with page.inside():
-        exec(code, namespace)
+        exec(code, page.py)
 
 
 sybil = Sybil(
