@@ -213,7 +213,9 @@ def make_fixtures(work: Path) -> None:
     ]
     (work / "alpaca.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (work / "questions.csv").write_text(
+        # (the arena's parts split by question: 1 and 2 fall in part 1 of 2, 3 in part 2)
         "question_id,question\n1,What is the capital of France?\n2,Name a prime number.\n"
+        "3,Who wrote Hamlet?\n"
     )
     # the home is a git repository (cobol works in one)
     git = ["git", "-c", "user.name=Me", "-c", "user.email=me@example.com"]
