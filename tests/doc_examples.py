@@ -11,8 +11,8 @@ How a page runs (one set-up per page, shared by its blocks, in order):
 - Its daemon: a live `lmd serve` of the page's own on a free port, started by the first block
   that runs. The docs' fixed address, http://127.0.0.1:8420 (or localhost:8420), is rewritten
   to that daemon in every block, and LMD_URL points `lmd` at it. In what a command prints, the
-  daemon's address reads http://127.0.0.1:8420 again and the home reads /home/me, as the pages
-  show them.
+  daemon's address reads http://127.0.0.1:8420 again, the stand-in's reads
+  http://127.0.0.1:8000/v1 and the home reads /home/me, as the pages show them.
 - ```sh blocks run with bash (aliases on), one process per block, PATH with this
   environment's bin first (so `lmd` is the checkout's). Each command must exit 0.
 - A command's shown output is the comment lines right under it that start with `#  ` (a hash
@@ -51,6 +51,7 @@ from tests.fake_backend import FakeBackend, Reply
 
 DOCS_ADDRESS = re.compile(r"(?:http://)?(?:127\.0\.0\.1|localhost):8420")
 SHOWN_HOME = "/home/me"
+SHOWN_BACKEND = "http://127.0.0.1:8000/v1"  # a local model server, as the docs name one
 BIN = Path(sys.executable).parent
 BLOCK_TIMEOUT = 120  # seconds a whole block may take (its commands talk to a stand-in)
 # What the developer's shell may hold that would point an example elsewhere.
@@ -77,6 +78,7 @@ class Page:
     backend: FakeBackend
     env: dict[str, str] = field(default_factory=dict)
     daemon: LiveDaemon | None = None
+    daemon_env: dict[str, str] = field(default_factory=dict)  # `env` when it started
     py: dict = field(default_factory=dict)  # the namespace of the page's python blocks
     text: str = ""  # the page's markdown
 
@@ -106,16 +108,27 @@ class Page:
         return env
 
     def start_daemon(self) -> LiveDaemon:
+        """The page's daemon; started anew when hidden set-up changed `env` since (e.g. put
+        a plugin on PYTHONPATH), as a user restarts theirs."""
+        if self.daemon is not None and self.daemon_env != self.env:
+            self.stop_daemon()
         if self.daemon is None:
             saved = dict(os.environ)
             try:  # LiveDaemon starts from os.environ
                 os.environ.clear()
                 os.environ.update(self.environ())
                 self.daemon = LiveDaemon(self.lmd_home)
+                self.daemon_env = dict(self.env)
             finally:
                 os.environ.clear()
                 os.environ.update(saved)
         return self.daemon
+
+    def stop_daemon(self) -> None:
+        if self.daemon:
+            self.daemon.stop()
+            self.daemon.log.close()
+            self.daemon = None
 
     def rewrite(self, source: str) -> str:
         """The docs' fixed address -> this page's daemon."""
@@ -127,6 +140,7 @@ class Page:
         """What a command printed, with the daemon's address and the home as the docs show."""
         if self.daemon:
             output = output.replace(f"127.0.0.1:{self.daemon.port}", "127.0.0.1:8420")
+        output = output.replace(self.backend.url, SHOWN_BACKEND)
         return output.replace(str(self.work), SHOWN_HOME)
 
     @contextlib.contextmanager
@@ -144,9 +158,7 @@ class Page:
             os.environ.update(saved_env)
 
     def close(self) -> None:
-        if self.daemon:
-            self.daemon.stop()
-            self.daemon.log.close()
+        self.stop_daemon()
         self.backend.stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
