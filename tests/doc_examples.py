@@ -22,7 +22,9 @@ How a page runs (one set-up per page, shared by its blocks, in order):
   rewritten, the page's home as the working directory and $HOME, and LMD_URL set.
 - Hidden set-up, `<!-- invisible-code-block: python ... -->`, runs like a python block with
   `backend` (queue the stand-in's replies, or set its handler), `env` (variables for the
-  blocks after it) and `work` (the page's home) at hand.
+  blocks after it; a change restarts the daemon), `work` (the page's home) and `page` (e.g.
+  `page.cwd`, where sh blocks run) at hand. `<!-- invisible-code-block: sh ... -->` runs
+  commands the page does not show (e.g. to make the parts that a merge example merges).
 - `<!-- skip: next "why" -->` skips the next block, and the test report gives the reason.
 """
 
@@ -81,6 +83,7 @@ class Page:
     daemon_env: dict[str, str] = field(default_factory=dict)  # `env` when it started
     py: dict = field(default_factory=dict)  # the namespace of the page's python blocks
     text: str = ""  # the page's markdown
+    cwd: Path | None = None  # where sh blocks run (hidden set-up may move it); default: home
 
     def block(self, lang: str, n: int = 0) -> str:
         """The text of the page's n-th ```lang block (hidden set-up saves one as a file)."""
@@ -289,10 +292,10 @@ def steps_of(block: str) -> list[Step]:
 def matches(shown: list[str], printed: str) -> bool:
     """The shown output against what was printed: whitespace ignored (pages wrap long lines
     and space out JSON), `...` any text."""
-    expected = "".join("".join(shown).split())
-    actual = "".join(printed.split())
-    pattern = ".*?".join(re.escape(part) for part in expected.split("..."))
-    return re.fullmatch(pattern, actual, re.S) is not None
+    pattern = "".join(  # line by line: a line's "." never joins the next line's "..."
+        ".*?".join(re.escape(part) for part in "".join(line.split()).split("...")) for line in shown
+    )
+    return re.fullmatch(pattern, "".join(printed.split()), re.S) is not None
 
 
 MARK = "\x1e"
@@ -312,7 +315,7 @@ def run_sh(example: Example) -> str | None:
         stderr=subprocess.STDOUT,
         text=True,
         env=page.environ(),
-        cwd=page.work,
+        cwd=page.cwd or page.work,
         start_new_session=True,  # its own process group: nothing it started outlives it
     )
     try:

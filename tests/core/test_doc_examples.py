@@ -11,7 +11,15 @@ import pytest
 from sybil.example import SybilFailure
 
 from tests.daemons import ROOT
-from tests.doc_examples import run_python, run_sh, setup_page, steps_of, sybil, teardown_page
+from tests.doc_examples import (
+    matches,
+    run_python,
+    run_sh,
+    setup_page,
+    steps_of,
+    sybil,
+    teardown_page,
+)
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^[ \t]*```(\w*)\n(.*?)^[ \t]*```", re.M | re.S)
@@ -79,6 +87,10 @@ def test_shown_output_and_steps_are_read_as_documented():
     assert steps[0].shown == [] and steps[1].shown == ["max tokens is 3500."]
     assert steps[2].source == "for i in 1 2; do\n  echo $i\ndone" and steps[2].shown == ["1 2"]
     assert steps[3].shown == [""]
+    assert matches(["(3 added, 2 removed).", "..."], "(3 added, 2 removed).\n--- a/x\n+++ b/x")
+    assert matches(['{"a": 1, ...}'], '{"a":1,"b":2}')  # whitespace is ignored
+    assert not matches(["max tokens is 9999."], "max tokens is 3500.\n")
+    assert not matches(["one"], "one\ntwo")  # all of the output, not a part
 
 
 def test_a_page_whose_examples_hold_passes(tmp_path):
