@@ -14,7 +14,9 @@ How a page runs (one set-up per page, shared by its blocks, in order):
   daemon's address reads http://127.0.0.1:8420 again, the stand-in's reads
   http://127.0.0.1:8000/v1 and the home reads /home/me, as the pages show them.
 - ```sh blocks run with bash (aliases on), one process per block, PATH with this
-  environment's bin first (so `lmd` is the checkout's). Each command must exit 0.
+  environment's bin first (so `lmd` is the checkout's). Each command must exit 0. `lmd` runs
+  warm: forked from a process that imported lmd once (tests/warm_lmd.py says why that is the
+  same command); LMD_DOCS_COLD=1 runs the installed script instead.
 - A command's shown output is the comment lines right under it that start with `#  ` (a hash
   and two spaces) or are a bare `#`; other comments are prose. The output is checked with
   whitespace collapsed and `...` standing for any text.
@@ -50,6 +52,7 @@ from sybil.parsers.markdown import CodeBlockParser, SkipParser
 
 from tests.daemons import ROOT, SHARED, LiveDaemon, configure
 from tests.fake_backend import FakeBackend, Reply
+from tests.warm_lmd import WarmLmd
 
 DOCS_ADDRESS = re.compile(r"(?:http://)?(?:127\.0\.0\.1|localhost):8420")
 SHOWN_HOME = "/home/me"
@@ -81,6 +84,8 @@ class Page:
     env: dict[str, str] = field(default_factory=dict)
     daemon: LiveDaemon | None = None
     daemon_env: dict[str, str] = field(default_factory=dict)  # `env` when it started
+    warm: WarmLmd | None = None
+    warm_env: dict[str, str] = field(default_factory=dict)
     py: dict = field(default_factory=dict)  # the namespace of the page's python blocks
     text: str = ""  # the page's markdown
     cwd: Path | None = None  # where sh blocks run (hidden set-up may move it); default: home
@@ -127,6 +132,19 @@ class Page:
                 os.environ.update(saved)
         return self.daemon
 
+    def warm_bin(self) -> Path | None:
+        """The directory of the warm `lmd` (tests/warm_lmd.py), started or restarted with the
+        page's environment; None with LMD_DOCS_COLD=1 (then the installed script runs)."""
+        if os.environ.get("LMD_DOCS_COLD") == "1":
+            return None
+        if self.warm is not None and self.warm_env != self.env:
+            self.warm.stop()
+            self.warm = None
+        if self.warm is None:
+            self.warm = WarmLmd(self.root / f"warm{len(self.warm_env)}", self.environ()).start()
+            self.warm_env = dict(self.env)
+        return self.warm.bin
+
     def stop_daemon(self) -> None:
         if self.daemon:
             self.daemon.stop()
@@ -161,6 +179,8 @@ class Page:
             os.environ.update(saved_env)
 
     def close(self) -> None:
+        if self.warm is not None:
+            self.warm.stop()
         self.stop_daemon()
         self.backend.stop()
         shutil.rmtree(self.root, ignore_errors=True)
@@ -308,13 +328,16 @@ def run_sh(example: Example) -> str | None:
     for n, step in enumerate(steps):
         script.append(page.rewrite(step.source))
         script.append(f"printf '{MARK}%d %d{MARK}' {n} $?")
+    env = page.environ()
+    if warm := page.warm_bin():
+        env["PATH"] = f"{warm}:{env['PATH']}"
     proc = subprocess.Popen(
         ["bash", "-c", "\n".join(script)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=page.environ(),
+        env=env,
         cwd=page.cwd or page.work,
         start_new_session=True,  # its own process group: nothing it started outlives it
     )
