@@ -27,12 +27,15 @@ How a page runs (one set-up per page, shared by its blocks, in order):
   blocks after it; a change restarts the daemon), `work` (the page's home) and `page` (e.g.
   `page.cwd`, where sh blocks run) at hand. `<!-- invisible-code-block: sh ... -->` runs
   commands the page does not show (e.g. to make the parts that a merge example merges).
-- `<!-- skip: next "why" -->` skips the next block, and the test report gives the reason.
+- `<!-- skip: next "why" -->` skips the next block, and the test report gives the reason;
+  `<!-- skip: next if(not sandbox, "why") -->` only where there is no bubblewrap sandbox
+  (`shared`: where ../shared/data is).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -43,6 +46,8 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +55,7 @@ from pathlib import Path
 from sybil import Example, Sybil
 from sybil.parsers.markdown import CodeBlockParser, SkipParser
 
-from tests.daemons import ROOT, SHARED, LiveDaemon, configure
+from tests.daemons import ROOT, SHARED, LiveDaemon, bwrap_reason, configure, free_port
 from tests.fake_backend import FakeBackend, Reply
 from tests.warm_lmd import WarmLmd
 
@@ -82,7 +87,7 @@ class Page:
     root: Path
     backend: FakeBackend
     env: dict[str, str] = field(default_factory=dict)
-    daemon: LiveDaemon | None = None
+    daemon: LiveDaemon | WarmDaemon | None = None
     daemon_env: dict[str, str] = field(default_factory=dict)  # `env` when it started
     warm: WarmLmd | None = None
     warm_env: dict[str, str] = field(default_factory=dict)
@@ -120,6 +125,9 @@ class Page:
         a plugin on PYTHONPATH), as a user restarts theirs."""
         if self.daemon is not None and self.daemon_env != self.env:
             self.stop_daemon()
+        if self.daemon is None and self.warm_bin():  # forked warm, as `lmd` is
+            self.daemon = WarmDaemon(self.warm, self.lmd_home, self.environ())
+            self.daemon_env = dict(self.env)
         if self.daemon is None:
             saved = dict(os.environ)
             try:  # LiveDaemon starts from os.environ
@@ -138,10 +146,11 @@ class Page:
         if os.environ.get("LMD_DOCS_COLD") == "1":
             return None
         if self.warm is not None and self.warm_env != self.env:
+            self.stop_daemon()  # it came from the old warm process
             self.warm.stop()
             self.warm = None
         if self.warm is None:
-            self.warm = WarmLmd(self.root / f"warm{len(self.warm_env)}", self.environ()).start()
+            self.warm = WarmLmd(self.root / "warm", self.environ()).start()
             self.warm_env = dict(self.env)
         return self.warm.bin
 
@@ -186,6 +195,43 @@ class Page:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+class WarmDaemon:
+    """`lmd serve` on a free port, forked from the page's warm process (tests/warm_lmd.py)
+    rather than started cold: the same daemon a second sooner, 20-odd times a run."""
+
+    def __init__(self, warm: WarmLmd, home: Path, env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(home.parent / f"lmd-serve-{self.port}.log", "w+b")  # noqa: SIM115
+        argv = ["serve", "--bind", f"127.0.0.1:{self.port}", "--home", str(home)]
+        self.pid = warm.spawn(argv, env, ROOT, self.log.fileno())
+        deadline = time.monotonic() + 60
+        while not self.ready():
+            if time.monotonic() > deadline or not self.alive():
+                self.stop()
+                self.log.seek(0)
+                raise RuntimeError(f"lmd serve did not start:\n{self.log.read().decode()}")
+            time.sleep(0.05)  # nothing to await: the port opens when it is ready
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/healthz", timeout=1) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def alive(self) -> bool:
+        try:
+            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        return state != "Z"
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)  # its files are thrown away with the page
+
+
 def docs_backend(body: dict) -> Reply | str | None:
     """The stand-in's default answers, by what is asked (a page's hidden set-up may queue
     others): a score where a score is asked, else a short sentence."""
@@ -218,7 +264,13 @@ def setup_page(namespace: dict) -> None:
     )
     make_fixtures(page.work)
     page.py.update(page=page, backend=backend, env=page.env, work=page.work)
-    namespace.update(page=page, shared=SHARED.is_dir())  # `shared`: for skip conditions
+    # for skip conditions: the workplace's data beside the checkout, a real command sandbox
+    namespace.update(page=page, shared=SHARED.is_dir(), sandbox=has_sandbox())
+
+
+@functools.cache
+def has_sandbox() -> bool:
+    return bwrap_reason() is None
 
 
 def teardown_page(namespace: dict) -> None:

@@ -17,11 +17,11 @@ a twentieth of the CPU time.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 CLIENT = """\
@@ -62,6 +62,8 @@ while True:
         continue
     listener.close()
     request = json.loads(message)
+    if request.get("detach"):  # a long-running command (lmd serve): its pid first
+        conn.sendall(f"{os.getpid()}\\n".encode())
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -84,7 +86,10 @@ while True:
             stream.flush()
         except OSError:
             pass
-    conn.sendall(str(code).encode())
+    try:
+        conn.sendall(str(code).encode())
+    except OSError:
+        pass  # a detached command's caller stopped listening
     os._exit(0)
 """
 
@@ -99,13 +104,14 @@ class WarmLmd:
         self.socket_path = directory / "lmd.sock"
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 60.0) -> WarmLmd:
+    def start(self, timeout: float = 10.0) -> WarmLmd:
         self.bin.mkdir(parents=True, exist_ok=True)
         client = self.bin / "lmd"
         client.write_text(
             f"#!{sys.executable} -S\n" + CLIENT.format(socket_path=str(self.socket_path))
         )
         client.chmod(0o755)
+        self.socket_path.unlink(missing_ok=True)  # a warm process stopped before this one
         self.proc = subprocess.Popen(
             [sys.executable, "-c", SERVER, str(self.socket_path)],
             env=self.env,
@@ -115,13 +121,26 @@ class WarmLmd:
             text=True,
             start_new_session=True,  # its children too are stopped with it
         )
-        deadline = time.monotonic() + timeout
-        line = self.proc.stdout.readline()  # "ready" once imported (or the error)
-        if line.strip() != "ready" or time.monotonic() > deadline:
-            rest = line + self.proc.stdout.read() if self.proc.poll() is not None else line
+        line = self.proc.stdout.readline()  # "ready" once imported, else the error
+        if line.strip() != "ready":
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout)
+            line += self.proc.stdout.read() if self.proc.poll() is not None else ""
             self.stop()
-            raise RuntimeError(f"the warm lmd did not start:\n{rest}")
+            raise RuntimeError(f"the warm lmd did not start:\n{line}")
         return self
+
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: Path, output: int) -> int:
+        """Start `lmd ARGV` (e.g. serve) in the background, its stdout and stderr to the file
+        descriptor `output`; its pid. It stops with the warm process at the latest."""
+        import json
+        import socket
+
+        with socket.socket(socket.AF_UNIX) as s, open(os.devnull) as devnull:
+            s.connect(str(self.socket_path))
+            request = {"argv": argv, "env": env, "cwd": str(cwd), "detach": True}
+            socket.send_fds(s, [json.dumps(request).encode()], [devnull.fileno(), output, output])
+            return int(s.makefile().readline())
 
     def stop(self) -> None:
         if self.proc is not None:
