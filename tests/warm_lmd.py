@@ -37,11 +37,14 @@ sys.exit(int(code) if code else 70)
 SERVER = """\
 import json, os, socket, sys, traceback
 
-# lmd's own imports, once: what each example would otherwise import again.
+# lmd's own imports, once: what each example would otherwise import again (every plugin's
+# commands resolved, as a command's first use resolves it).
 import daemon.cli, daemon.store, daemon.core, openai  # noqa: E401,F401
-from daemon.plugins import load_plugins
+from daemon.lazy import resolve
 
-load_plugins()
+daemon.cli.cli._load_plugins()
+for name in list(daemon.cli.cli.commands):
+    resolve(daemon.cli.cli, name)
 listener = socket.socket(socket.AF_UNIX)
 listener.bind(sys.argv[1])
 listener.listen(64)
