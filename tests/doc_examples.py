@@ -9,8 +9,9 @@ How a page runs (one set-up per page, shared by its blocks, in order):
   (company.db, alpaca.jsonl, questions.csv, ...) are made there, small.
 - Its model: the stand-in backend (tests/fake_backend.py), configured in that LMD_HOME.
 - Its daemon: a live `lmd serve` of the page's own on a free port, started by the first block
-  that runs. The docs' fixed address, http://127.0.0.1:8420 (or localhost:8420), is rewritten
-  to that daemon in every block, and LMD_URL points `lmd` at it. In what a command prints, the
+  that runs (forked warm, like `lmd` below; a LiveDaemon with LMD_DOCS_COLD=1). The docs'
+  fixed address, http://127.0.0.1:8420 (or localhost:8420), is rewritten to that daemon in
+  every block, and LMD_URL points `lmd` at it. In what a command prints, the
   daemon's address reads http://127.0.0.1:8420 again, the stand-in's reads
   http://127.0.0.1:8000/v1 and the home reads /home/me, as the pages show them.
 - ```sh blocks run with bash (aliases on), one process per block, PATH with this
@@ -18,8 +19,8 @@ How a page runs (one set-up per page, shared by its blocks, in order):
   warm: forked from a process that imported lmd once (tests/warm_lmd.py says why that is the
   same command); LMD_DOCS_COLD=1 runs the installed script instead.
 - A command's shown output is the comment lines right under it that start with `#  ` (a hash
-  and two spaces) or are a bare `#`; other comments are prose. The output is checked with
-  whitespace collapsed and `...` standing for any text.
+  and two spaces) or are a bare `#`; other comments are prose. All of the output is checked,
+  whitespace ignored (pages wrap lines and space out JSON), `...` standing for any text.
 - ```python blocks run in this process, in one namespace per page, with the same address
   rewritten, the page's home as the working directory and $HOME, and LMD_URL set.
 - Hidden set-up, `<!-- invisible-code-block: python ... -->`, runs like a python block with
