@@ -190,9 +190,13 @@ class Store:
             self._reader = sqlite_utils.Database(reader)
 
     def close(self) -> None:
-        if self._reader is not self.db:
-            self._reader.close()
-        self.db.close()
+        # Under the write lock: a write still running on a worker thread (the capability
+        # probe's save, whose task a shutdown cancelled) finishes first. Closing the connection
+        # under it crashed the process in SQLite (SIGSEGV, seen in make test).
+        with self.lock:
+            if self._reader is not self.db:
+                self._reader.close()
+            self.db.close()
 
     def _read(self, sql: str, args: list | None = None) -> list[dict]:
         """Rows of a query; inside a write transaction, from its connection (to see its rows)."""
