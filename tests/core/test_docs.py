@@ -259,6 +259,8 @@ def test_lmd_examples_are_commands_lmd_knows():
         for words in shell_commands(path.read_text()):
             if Path(words[0]).name not in ("lmd", "lmd.pyz"):
                 continue
+            if words[1:2] == ["echoes"]:
+                continue  # the sample plugin's command: docs/plugins.md runs it installed
             try:
                 check_lmd_words(group, words[1:])
             except click.exceptions.Exit:
