@@ -268,6 +268,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # editors and type checkers see the real definitions
+    from daemon import rules
     from daemon.backends import tokens
     from daemon.backends.capabilities import Capabilities, stored_cache
     from daemon.backends.choice import choose_backend
@@ -277,7 +278,6 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.client import ClientError, daemon_url, request
     from daemon.core import Daemon, Registry, check_setting, collect
     from daemon.errors import BackendError, LmdError
-    from daemon import rules
     from daemon.execution import sandbox
     from daemon.execution.bash import SimpleCommand, Unmodelled, join_continuations, simple_commands
     from daemon.execution.protected import hooks_path, protected_in, why_protected
@@ -299,8 +299,8 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.memory import Memory, project_memory
     from daemon.modes import Context, Mode, record_turn
     from daemon.paths import allowed_http_path, refuse_overwrite, write_atomic
-    from daemon.rules import Decision, decide
     from daemon.plugins import get_plugin_manager, wanted_plugins
+    from daemon.rules import Decision, decide
     from daemon.settings import Setting, SettingError, Settings, env_name, refuse_if_protected
     from daemon.shards import Shard, describe_parts, file_sha256, parse_shard, part_of
     from daemon.speak import unmark, verbatim, wants_speech

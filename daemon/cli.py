@@ -326,7 +326,8 @@ def rules_list(session: str | None, as_json: bool, home: Path | None) -> None:
     for x in found:
         origin = "built-in" if x.origin == "built-in" else x.origin
         life = f"session {x.session}" if x.session else "kept"
-        click.echo(f"{x.id:>4}  {x.decision:<6} {origin:<8} {life:<12} {for_terminal(x.sentence())}")
+        said = for_terminal(x.sentence())
+        click.echo(f"{x.id:>4}  {x.decision:<6} {origin:<8} {life:<12} {said}")
     click.echo(READ_ONLY_NOTE)
 
 

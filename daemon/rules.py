@@ -436,11 +436,7 @@ def decide(
     run in `cwd` for `session`: forbid wins, then ask, then allow (every part of a command
     must be allowed); None when no rule applies."""
     real = os.path.realpath(os.fspath(cwd))
-    here = [
-        r
-        for r in all_rules(db, session)
-        if r.directory is None or _inside(real, r.directory)
-    ]
+    here = [r for r in all_rules(db, session) if r.directory is None or _inside(real, r.directory)]
     if tool is not None:
         hits = [r for r in here if r.kind == "tool" and _tool_matches(r, tool)]
         for decision in ("forbid", "ask", "allow"):
@@ -506,7 +502,8 @@ class Answer:
 _YES = {"yes", "yeah", "yep", "yup", "sure", "ok", "okay", "alright", "fine"}
 _NO = {"no", "nope"}
 _FILLER = {"please", "run", "it", "that", "this", "do", "and", "but", "just", "go", "ahead",
-           "then", "the", "command", "thanks", "thank", "you", "one", "them", "those", "so", "again"}  # fmt: skip
+           "then", "the", "command", "thanks", "thank", "you", "one", "them", "those", "so",
+           "again"}  # fmt: skip
 _PHRASES: list[tuple[tuple[str, ...], str]] = []
 
 
@@ -541,7 +538,7 @@ def _tokens(text: str) -> tuple[list[str], list[str]]:
     ends dropped."""
     kept = []
     for raw in text.replace("\u2019", "'").split():
-        word = raw.strip(".,!?;:\"()[]")
+        word = raw.strip('.,!?;:"()[]')
         if word.endswith("'s"):
             word = word[:-2]
         if word:
@@ -743,12 +740,12 @@ _FORGET = re.compile(
 
 
 def asks_for_list(text: str) -> bool:
-    """"what are my rules" and the ways a voice says it."""
+    """ "what are my rules" and the ways a voice says it."""
     return bool(_LIST.match(text))
 
 
 def forget_target(text: str) -> str | None:
-    """"forget the git commit rule" -> "git commit"; "forget rule 3" -> "3"; else None."""
+    """ "forget the git commit rule" -> "git commit"; "forget rule 3" -> "3"; else None."""
     m = _FORGET.match(text)
     if not m:
         return None
@@ -761,9 +758,7 @@ def spoken_list(store: Any, session: str) -> str:
     mine = [r for r in found if r.origin != "built-in"]
     builtin = len(found) - len(mine)
     tail = (
-        f" There are also {builtin} built-in rules; lmd rules list shows them."
-        if builtin
-        else ""
+        f" There are also {builtin} built-in rules; lmd rules list shows them." if builtin else ""
     )
     if not mine:
         return f"You have made no rules.{tail}"

@@ -52,7 +52,9 @@ async def rules_add(request: Request) -> Response:
     if not isinstance(everywhere, bool):
         raise LmdError('"everywhere" is true or false.')
     if everywhere == (directory is not None):
-        raise LmdError('Give a rule either a "directory" or "everywhere": true, not both or neither.')
+        raise LmdError(
+            'Give a rule either a "directory" or "everywhere": true, not both or neither.'
+        )
     if directory is not None and not isinstance(directory, str):
         raise LmdError('"directory" is an absolute path.')
     session = data.get("session")
@@ -132,7 +134,7 @@ def openapi_paths(json: Any, error: Any, session: dict) -> dict:
                             },
                             "required": ["rules"],
                         },
-                    )
+                    ),
                 },
             },
             "post": {

@@ -303,8 +303,9 @@ def test_http_routes_read_for_the_owner_and_change_only_with_the_token(make_clie
     assert made["rule"]["origin"] == "http" and made["sentence"].startswith("From now on I run")
     assert c.post("/rules", json=body, headers=auth).status_code == 200  # the same rule
     assert c.delete(f"/rules/{made['rule']['id']}").status_code == 403
-    assert c.delete(f"/rules/{made['rule']['id']}", headers=auth).json()["removed"]["id"] == (
-        made["rule"]["id"]
+    assert (
+        c.delete(f"/rules/{made['rule']['id']}", headers=auth).json()["removed"]["id"]
+        == (made["rule"]["id"])
     )
     assert c.delete(f"/rules/{made['rule']['id']}", headers=auth).status_code == 404
     for bad, message in [
@@ -327,9 +328,7 @@ def test_http_routes_read_for_the_owner_and_change_only_with_the_token(make_clie
             "session name",
         ),
     ]:
-        r = c.post(
-            "/rules", content=bad, headers={**auth, "Content-Type": "application/json"}
-        )
+        r = c.post("/rules", content=bad, headers={**auth, "Content-Type": "application/json"})
         assert r.status_code == 400 and message in r.json()["error"], (bad, r.text)
     assert c.delete("/rules/abc", headers=auth).status_code == 404
     assert c.delete("/rules/99999999999999999999999", headers=auth).status_code == 404

@@ -35,6 +35,6 @@ def test_agents_md_reaches_the_edit_request(make_client, backend, tmp_path, monk
     system = backend.chat_requests[-1]["messages"][0]
     assert system["role"] == "system" and "Use four spaces." in system["content"]
     assert "--- AGENTS.md ---" in system["content"]
-    assert [f["chars"] for f in body["project_memory"]] == [61]
+    assert [f["chars"] for f in body["project_memory"]] == [60]
     # a rule phrase in AGENTS.md made no rule
     assert all(x["origin"] == "built-in" for x in c.get("/rules").json()["rules"])

@@ -45,9 +45,7 @@ def commands_of(url: str) -> list[dict]:
 
 
 @pytest.mark.bwrap
-def test_asked_once_allowed_always_here_then_run_in_the_sandbox_and_kept(
-    home, live, backend, proj
-):
+def test_asked_once_allowed_always_here_then_run_in_the_sandbox_and_kept(home, live, backend, proj):
     configure(home, marat_start_dir=str(proj))
     d = live()
     backend.queue(action("mkdir -p build && touch build/one.txt"))
@@ -71,10 +69,11 @@ def test_asked_once_allowed_always_here_then_run_in_the_sandbox_and_kept(
     )
 
     # the same kind of command again: no question, in the sandbox, the rule in the audit
-    backend.queue(action("mkdir -p build && touch build/two.txt"), final("Made another."))
+    # (as root an approved command makes root's files: the sandboxed one, nobody, makes its own)
+    backend.queue(action("mkdir -p build2 && touch build2/two.txt"), final("Made another."))
     _, body = say_live(d.url, "marat make another file there")
     assert body["pending"] is None and body["reply"] == "Made another."
-    assert (proj / "build" / "two.txt").exists()
+    assert (proj / "build2" / "two.txt").exists()
     ran = body["commands"][0]
     assert (ran["sandbox"], ran["sandbox_blocked"], ran["rule"]) == (
         "workspace-write",
@@ -105,15 +104,13 @@ def test_asked_once_allowed_always_here_then_run_in_the_sandbox_and_kept(
     # kept across a restart
     d.stop()
     d2 = live()
-    backend.queue(action("touch build/three.txt"), final("Done again."))
+    backend.queue(action("touch three.txt"), final("Done again."))
     _, body = say_live(d2.url, "marat one more")
-    assert body["pending"] is None and (proj / "build" / "three.txt").exists()
+    assert body["pending"] is None and (proj / "three.txt").exists()
     assert body["commands"][0]["rule"] == made["touch"]["id"]
 
 
-def test_never_run_that_refuses_the_command_the_next_time_without_asking(
-    home, live, backend, proj
-):
+def test_never_run_that_refuses_the_command_the_next_time_without_asking(home, live, backend, proj):
     configure(home, marat_start_dir=str(proj))
     (proj / "build").mkdir()
     d = live()
@@ -142,7 +139,8 @@ def test_never_run_that_refuses_the_command_the_next_time_without_asking(
     # a forbid rule made while a question waits wins over the yes that follows
     backend.queue(action("rm -r build/x"))
     assert say_live(d.url, "marat remove x")[1]["pending"]["command"] == "rm -r build/x"
-    assert lmd_in_process("rules", "add", "forbid", "rm -r build/x", "--home", home).returncode == 0
+    made = lmd_in_process("rules", "add", "forbid", "rm -r build/x", "--everywhere", "--home", home)
+    assert made.returncode == 0
     _, body = say_live(d.url, "yes")
     assert body["reply"].startswith("I did not run rm -r build/x: rule ")
     assert (proj / "build").is_dir()
