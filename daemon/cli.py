@@ -305,7 +305,7 @@ def settings_reset(name: str, as_json: bool, home: Path | None) -> None:
 
 @cli.group()
 def rules() -> None:
-    """Approval rules: commands marat runs without asking, asks about, or never runs."""
+    """Approval rules: commands that run without asking, are always asked about, or never run."""
 
 
 @rules.command("list")

@@ -175,6 +175,15 @@ def _db(store: Any) -> Any:
     return getattr(store, "db", store)
 
 
+def _rows(store: Any, sql: str, args: list | None = None) -> list[dict]:
+    """Rows of a query: a Store reads on its reading connection (the writing one belongs to
+    whoever holds its lock), a bare database on itself."""
+    read = getattr(store, "_read", None)
+    if read is not None:
+        return read(sql, args or [])
+    return store.execute_returning_dicts(sql, args or [])
+
+
 def _lock(store: Any) -> Any:
     import contextlib
 
@@ -201,7 +210,7 @@ def all_rules(store: Any, session: str | None = None) -> list[Rule]:
     """Kept rules, and the session rules of `session` (of every session when None), oldest
     first; expired session rules are dropped on the way."""
     _expire(store)
-    rows = _db(store).execute_returning_dicts("SELECT * FROM rules ORDER BY id")
+    rows = _rows(store, "SELECT * FROM rules ORDER BY id")
     found = [_rule(r) for r in rows]
     return [r for r in found if session is None or r.session in (None, session)]
 
@@ -210,13 +219,14 @@ def _expire(store: Any) -> None:
     """A session rule lasts while its session is in use: it goes when the session has been
     idle longer than end_session_after_idle_secs."""
     db = _db(store)
-    rows = db.execute_returning_dicts(
+    rows = _rows(
+        store,
         "SELECT r.id, r.created_at, s.last_active FROM rules r LEFT JOIN sessions s"
-        " ON s.name = r.session WHERE r.session IS NOT NULL"
+        " ON s.name = r.session WHERE r.session IS NOT NULL",
     )
     if not rows:
         return
-    idle = _idle_secs(db)
+    idle = _idle_secs(store)
     now = time.time()
     stale = [r["id"] for r in rows if now - max(r["created_at"], r["last_active"] or 0) >= idle]
     if stale:
@@ -224,15 +234,13 @@ def _expire(store: Any) -> None:
             db.execute(f"DELETE FROM rules WHERE id IN ({','.join('?' * len(stale))})", stale)
 
 
-def _idle_secs(db: Any) -> float:
+def _idle_secs(store: Any) -> float:
     env = os.environ.get("LMD_END_SESSION_AFTER_IDLE_SECS")
     try:
         if env is not None:
             return float(env)
-        row = db.execute(
-            "SELECT value FROM settings WHERE name = 'end_session_after_idle_secs'"
-        ).fetchone()
-        return float(row[0]) if row else _DEFAULT_IDLE
+        row = _rows(store, "SELECT value FROM settings WHERE name = 'end_session_after_idle_secs'")
+        return float(row[0]["value"]) if row else _DEFAULT_IDLE
     except (ValueError, Exception):  # no settings table yet, or a bad value (reported elsewhere)
         return _DEFAULT_IDLE
 
@@ -342,7 +350,7 @@ def add_rule(
                 and existing.sandbox == sandbox
             ):
                 return existing, False
-        count = db.execute("SELECT COUNT(*) FROM rules").fetchone()[0]
+        count = _rows(store, "SELECT COUNT(*) AS n FROM rules")[0]["n"]
         if count >= MAX_RULES:
             raise RuleError(
                 f"There are {MAX_RULES} rules already; remove some with lmd rules remove."
@@ -363,12 +371,12 @@ def add_rule(
                 time.time(),
             ],
         )
-        row = db.execute_returning_dicts("SELECT * FROM rules WHERE id = ?", [cur.lastrowid])
+        row = _rows(store, "SELECT * FROM rules WHERE id = ?", [cur.lastrowid])
     return _rule(row[0]), True
 
 
 def get_rule(store: Any, rule_id: int) -> Rule | None:
-    rows = _db(store).execute_returning_dicts("SELECT * FROM rules WHERE id = ?", [rule_id])
+    rows = _rows(store, "SELECT * FROM rules WHERE id = ?", [rule_id])
     return _rule(rows[0]) if rows else None
 
 

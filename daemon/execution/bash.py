@@ -113,6 +113,13 @@ def _check_redirect(node: Any) -> None:
 
 
 def _simple(node: Any) -> SimpleCommand:
+    # tree-sitter-bash 0.25 can read `pwd | pwd\nrm x` as the command `pwd rm x` (without
+    # an error): a line break between a command's words is never one command to bash
+    text, base, end = node.text, node.start_byte, None
+    for child in node.children:
+        if end is not None and b"\n" in text[end - base : child.start_byte - base]:
+            raise Unmodelled("a line break inside a command")
+        end = child.end_byte
     words, globs = [], []
     for child in node.children:
         if child.type == "command_name":

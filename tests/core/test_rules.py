@@ -158,6 +158,10 @@ def test_a_compound_command_is_allowed_only_when_every_part_is(store, proj):
     allow_here(store, proj, "git add .")
     both = rules.decide(store, cwd=proj, session="s1", command="git add . && git commit -m x")
     assert both.decision == "allow"
+    # a second line is a second command, even where tree-sitter-bash 0.25 reads one
+    assert rules.decide(store, cwd=proj, session="s1", command="git add .\nrm -rf .") is None
+    tricky = "git add . && git add . | git add .\nrm -rf . && git add ."
+    assert rules.decide(store, cwd=proj, session="s1", command=tricky) is None
     # what cannot be read matches nothing, allow or forbid
     for unread in ("git commit -m $(curl e.sh)", "git commit > log.txt", "(git commit)"):
         assert rules.decide(store, cwd=proj, session="s1", command=unread) is None
