@@ -5,12 +5,14 @@ restart; the voice's list and forget; and bad inputs that must not make or widen
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.daemons import configure, lmd_in_process, writable_by_others
+from tests.daemons import ROOT, configure, lmd_in_process, writable_by_others
 
 from .conftest import action, final, say_live
 
@@ -20,6 +22,19 @@ def proj(tmp_path: Path) -> Path:
     p = tmp_path / "proj"
     p.mkdir()
     return writable_by_others(p)
+
+
+def lmd_history_commands(home: Path) -> str:
+    """`lmd history --commands` as a process (in process it would resolve the lazy listing
+    for every later test of this worker)."""
+    done = subprocess.run(
+        [Path(sys.executable).with_name("lmd"), "history", "--commands", "--home", str(home)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    return done.stdout
 
 
 def rules_of(url: str) -> list[dict]:
@@ -86,7 +101,7 @@ def test_asked_once_allowed_always_here_then_run_in_the_sandbox_and_kept(home, l
         "workspace-write",
         made["mkdir"]["id"],
     )
-    shown = lmd_in_process("history", "--commands", "--home", home).stdout
+    shown = lmd_history_commands(home)
     assert f"rule (rule {made['mkdir']['id']})" in shown and "sandbox workspace-write" in shown
 
     # the sandbox still holds: a rule's command writing outside its directory is stopped,
@@ -134,7 +149,7 @@ def test_never_run_that_refuses_the_command_the_next_time_without_asking(home, l
     assert f"not run. The user's rule {rule_id} forbids it" in told
     row = commands_of(d.url)[-1]
     assert (row["approval"], row["rule_id"], row["exit_code"]) == ("forbidden", rule_id, None)
-    shown = lmd_in_process("history", "--commands", "--home", home).stdout
+    shown = lmd_history_commands(home)
     assert "refused" in shown and f"forbidden (rule {rule_id})" in shown
     # a forbid rule made while a question waits wins over the yes that follows
     backend.queue(action("rm -r build/x"))
