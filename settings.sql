@@ -99,6 +99,10 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_file_size_mb', '10
 INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_max_processes', '256');
 -- Environment variables passed to commands beside PATH, HOME, USER, LANG, LC_*, TZ, TERM, SHELL (JSON list of names; never the API key or the token). Allowed: a JSON value. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('command_env_passthrough', '[]');
+-- Files marat and cobol read as the project's instructions, from the repository root down to the working directory (JSON list of names, e.g. ["AGENTS.md", "CLAUDE.md", ".lmd.md"]; [] reads none). Allowed: a JSON value.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('project_memory_files', '["AGENTS.md"]');
+-- Most characters of project instructions put into the system message (the nearest files are kept whole first; what is cut says so). Allowed: a whole number from 0 to 1000000.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('project_memory_max_chars', '8000');
 -- Web origins (besides the daemon's own) whose pages may call lmd, e.g. ["http://localhost:3000"]; every page of such an origin acts as you. Allowed: a JSON value. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('allowed_origins', '[]');
 

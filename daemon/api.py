@@ -95,6 +95,21 @@ _GROUPS: dict[str, dict[str, str]] = {
         "protected_in": "daemon.execution.protected",
         "why_protected": "daemon.execution.protected",
         "hooks_path": "daemon.execution.protected",
+        "simple_commands": "daemon.execution.bash",
+        "SimpleCommand": "daemon.execution.bash",
+        "Unmodelled": "daemon.execution.bash",
+        "join_continuations": "daemon.execution.bash",
+    },
+    # Approval rules: what the user allowed, forbade or wants asked (docs/rules.md).
+    "Rules": {
+        "decide": "daemon.rules",
+        "Decision": "daemon.rules",
+        "rules": "daemon.rules",
+    },
+    # The project's own instructions (AGENTS.md) for a mode's system message.
+    "Project memory": {
+        "project_memory": "daemon.memory",
+        "Memory": "daemon.memory",
     },
     # The language model backend.
     "LLM": {
@@ -124,7 +139,7 @@ _GROUPS: dict[str, dict[str, str]] = {
 }
 
 # Names that are whole modules (a namespace of helpers) rather than an attribute of one.
-_MODULES = {"sandbox", "tokens"}
+_MODULES = {"sandbox", "tokens", "rules"}
 
 # Constants have no docstring of their own.
 _NOTES = {
@@ -191,6 +206,15 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "protected_in",
     "why_protected",
     "hooks_path",
+    "simple_commands",
+    "SimpleCommand",
+    "Unmodelled",
+    "join_continuations",
+    "decide",
+    "Decision",
+    "rules",
+    "project_memory",
+    "Memory",
     "LLM",
     "api_key",
     "base_url",
@@ -244,6 +268,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # editors and type checkers see the real definitions
+    from daemon import rules
     from daemon.backends import tokens
     from daemon.backends.capabilities import Capabilities, stored_cache
     from daemon.backends.choice import choose_backend
@@ -254,6 +279,7 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.core import Daemon, Registry, check_setting, collect
     from daemon.errors import BackendError, LmdError
     from daemon.execution import sandbox
+    from daemon.execution.bash import SimpleCommand, Unmodelled, join_continuations, simple_commands
     from daemon.execution.protected import hooks_path, protected_in, why_protected
     from daemon.execution.runner import CommandResult, daemon_secrets, run_command, usable_cwd
     from daemon.execution.sandbox import Policy, command_env
@@ -270,9 +296,11 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     )
     from daemon.http.turn import TurnReply, working_directory
     from daemon.lazy import lazy_command
+    from daemon.memory import Memory, project_memory
     from daemon.modes import Context, Mode, record_turn
     from daemon.paths import allowed_http_path, refuse_overwrite, write_atomic
     from daemon.plugins import get_plugin_manager, wanted_plugins
+    from daemon.rules import Decision, decide
     from daemon.settings import Setting, SettingError, Settings, env_name, refuse_if_protected
     from daemon.shards import Shard, describe_parts, file_sha256, parse_shard, part_of
     from daemon.speak import unmark, verbatim, wants_speech

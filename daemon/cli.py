@@ -303,6 +303,99 @@ def settings_reset(name: str, as_json: bool, home: Path | None) -> None:
     _change_setting(home, name, None, as_json)
 
 
+@cli.group()
+def rules() -> None:
+    """Approval rules: commands that run without asking, are always asked about, or never run."""
+
+
+@rules.command("list")
+@click.option("--session", "-s", help="Kept rules and this session's (default: every session's).")
+@click.option("--json", "as_json", is_flag=True)
+@home_option
+def rules_list(session: str | None, as_json: bool, home: Path | None) -> None:
+    """Every rule, the built-in defaults among them, with its id."""
+    from daemon import rules as r
+
+    READ_ONLY_NOTE = r.READ_ONLY_NOTE  # noqa: N806
+    _, store, _ = open_daemon_state(home)
+    found = r.all_rules(store, session)
+    if as_json:
+        rows = [x.to_json() for x in found]
+        click.echo(json.dumps({"rules": rows, "note": READ_ONLY_NOTE}, indent=2))
+        return
+    for x in found:
+        origin = "built-in" if x.origin == "built-in" else x.origin
+        life = f"session {x.session}" if x.session else "kept"
+        said = for_terminal(x.sentence())
+        click.echo(f"{x.id:>4}  {x.decision:<6} {origin:<8} {life:<12} {said}")
+    click.echo(READ_ONLY_NOTE)
+
+
+@rules.command("add")
+@click.argument("decision", type=click.Choice(["allow", "ask", "forbid"]))
+@click.argument("pattern")
+@click.option(
+    "--dir",
+    "directory",
+    help="The directory tree it holds in (default: the current directory).",
+)
+@click.option("--everywhere", is_flag=True, help="Hold in every directory.")
+@click.option("--session", "-s", help="Hold only in this session, while it is in use.")
+@click.option(
+    "--sandbox",
+    type=click.Choice(["read-only", "workspace-write", "none"]),
+    help="allow: how it runs (default workspace-write in the rule's directory; none: outside "
+    "the sandbox).",
+)
+@home_option
+def rules_add(
+    decision: str,
+    pattern: str,
+    directory: str | None,
+    everywhere: bool,
+    session: str | None,
+    sandbox: str | None,
+    home: Path | None,
+) -> None:
+    """Make a rule: PATTERN is a program and its first words (git commit) or mcp:SERVER:TOOL."""
+    from daemon import rules as r
+    from daemon.core import default_home
+
+    if everywhere and directory:
+        fail("Give --dir or --everywhere, not both.")
+    _, store, _ = open_daemon_state(home)
+    try:
+        rule, made = r.add_rule(
+            store,
+            decision,
+            pattern,
+            directory=None if everywhere else (directory or os.getcwd()),
+            session=session,
+            sandbox=sandbox,
+            origin="cli",
+            lmd_home=str(home or default_home()),
+        )
+    except r.RuleError as e:
+        fail(str(e))
+    lead = "" if made else "You had that rule already. "
+    click.echo(f"{lead}Rule {rule.id}: {r.said_back([rule])}")
+
+
+@rules.command("remove")
+@click.argument("rule_id", type=int)
+@home_option
+def rules_remove(rule_id: int, home: Path | None) -> None:
+    """Remove a rule by its id (lmd rules list shows them)."""
+    from daemon import rules as r
+
+    _, store, _ = open_daemon_state(home)
+    try:
+        gone = r.remove_rule(store, rule_id)
+    except r.RuleError as e:
+        fail(str(e))
+    click.echo(f"Removed rule {gone.id}: {gone.sentence()}")
+
+
 class HistoryGroup(click.Group):
     """`lmd history`, to which plugins add listings of their own (see add_history_listing)."""
 

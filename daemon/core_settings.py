@@ -47,6 +47,23 @@ def _check_env_names(value: object) -> str | None:
     return None
 
 
+def _check_memory_names(value: object) -> str | None:
+    if (
+        not isinstance(value, list)
+        or len(value) > 10
+        or not all(
+            isinstance(n, str)
+            and n.strip() == n
+            and n not in ("", ".", "..")
+            and "/" not in n
+            and "\x00" not in n
+            for n in value
+        )
+    ):
+        return 'it must be a JSON list of up to 10 file names, like ["AGENTS.md", "CLAUDE.md"]'
+    return None
+
+
 # The sandbox guards the user's safety: every one of these is protected (only the CLI, or an
 # HTTP request with the token, may change it). See docs/sandbox.md.
 SANDBOX_SETTINGS = [
@@ -299,6 +316,24 @@ CORE_SETTINGS = [
         min=0.1,
     ),
     *SANDBOX_SETTINGS,
+    Setting(
+        "project_memory_files",
+        ["AGENTS.md"],
+        "json",
+        "Files marat and cobol read as the project's instructions, from the repository root "
+        'down to the working directory (JSON list of names, e.g. ["AGENTS.md", "CLAUDE.md", '
+        '".lmd.md"]; [] reads none).',
+        check=_check_memory_names,
+    ),
+    Setting(
+        "project_memory_max_chars",
+        8000,
+        "int",
+        "Most characters of project instructions put into the system message (the nearest "
+        "files are kept whole first; what is cut says so).",
+        min=0,
+        max=1000000,
+    ),
     Setting(
         "allowed_origins",
         [],

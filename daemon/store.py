@@ -148,11 +148,19 @@ def m004_backend_capabilities(db: sqlite_utils.Database) -> None:
     )
 
 
+def m005_rules(db: sqlite_utils.Database) -> None:
+    """The approval rules, with the built-in defaults (daemon/rules.py)."""
+    from daemon.rules import m005_rules as make
+
+    make(db)
+
+
 CORE_MIGRATIONS: list[Migration] = [
     m001_prompts,
     m002_sessions,
     m003_operative_karma,
     m004_backend_capabilities,
+    m005_rules,
 ]
 
 

@@ -201,9 +201,15 @@ def workspace_problem(path: str, home: str, lmd_home: str | None, hidden: list[s
 
 
 def policy_from_settings(
-    settings: Any, level: str, cwd: str, lmd_home: str | None = None, home: str | None = None
+    settings: Any,
+    level: str,
+    cwd: str,
+    lmd_home: str | None = None,
+    home: str | None = None,
+    writable: str | None = None,
 ) -> Policy:
-    """The policy the settings ask for, for a command running in `cwd`."""
+    """The policy the settings ask for, for a command running in `cwd`; at workspace-write
+    the writable place is `writable` (an approval rule's directory) or else `cwd`."""
     home = home or os.path.expanduser("~")
     hidden = hidden_paths(home, lmd_home, settings["sandbox_hide_paths"])
     limits = Limits(
@@ -212,16 +218,17 @@ def policy_from_settings(
         file_size_mb=settings["sandbox_file_size_mb"],
         max_processes=settings["sandbox_max_processes"],
     )
-    writable: tuple[str, ...] = ()
+    roots: tuple[str, ...] = ()
     if level == WORKSPACE_WRITE:
-        problem = workspace_problem(cwd, home, lmd_home, hidden)
+        root = writable or cwd
+        problem = workspace_problem(root, home, lmd_home, hidden)
         if problem:
             raise ValueError(problem)
-        writable = (os.path.realpath(cwd),)
+        roots = (os.path.realpath(root),)
     problem = root_problem(cwd, level)
     if problem:
         raise ValueError(problem)
-    return Policy(level, cwd, home, tuple(hidden), writable, limits)
+    return Policy(level, cwd, home, tuple(hidden), roots, limits)
 
 
 def root_problem(cwd: str, level: str) -> str | None:

@@ -435,6 +435,8 @@ def create_app(
             await daemon.call_hook("shutdown")
             await daemon.close()
 
+    from daemon.http import rules as rule_routes  # it imports this module
+
     routes = [
         Route("/v1", v1, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
@@ -447,6 +449,9 @@ def create_app(
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/backend", backend.backend, methods=["GET"]),
         Route("/backend/probe", backend.backend_probe, methods=["POST"]),
+        Route("/rules", rule_routes.rules_list, methods=["GET"]),
+        Route("/rules", rule_routes.rules_add, methods=["POST"]),
+        Route("/rules/{id}", rule_routes.rules_remove, methods=["DELETE"]),
     ]
     core = {key for r in routes for key in route_keys(r.path, sorted(r.methods or []))}
     for route in daemon.registry.routes:

@@ -246,7 +246,14 @@ def core_paths(setting_names: list[str]) -> dict[str, dict]:
                 "responses": {"200": _json("The OpenAPI document.")},
             }
         },
+        **_rule_paths(),
     }
+
+
+def _rule_paths() -> dict:
+    from daemon.http.rules import openapi_paths
+
+    return openapi_paths(_json, _error, SESSION)
 
 
 def plugin_operation(path: str, endpoint: Any, method: str) -> dict:

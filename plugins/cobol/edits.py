@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from daemon.api import LmdError, action_protocol, hooks_path, verbatim, why_protected
+from daemon.api import (
+    LmdError,
+    action_protocol,
+    hooks_path,
+    project_memory,
+    verbatim,
+    why_protected,
+)
 
 from . import focus, patches, prompts, structured
 from .intents import EDIT_TARGET, plural
@@ -87,6 +94,23 @@ async def refuse_conflicts(job: Job) -> None:
         )
 
 
+def _working_dir(job: Job) -> str:
+    """Where project memory is read down to: the session's directory when it is inside the
+    repository, else the repository's root."""
+    cwd = job.ctx.session.cwd
+    if cwd and inside(job.repo, cwd)[1] is None:
+        return cwd
+    return job.repo
+
+
+def with_memory(messages: list[dict], memory: str) -> list[dict]:
+    """The messages with the project's instructions after the system message."""
+    if messages and messages[0]["role"] == "system":
+        first = {**messages[0], "content": messages[0]["content"] + "\n\n" + memory}
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": memory}, *messages]
+
+
 async def ask_for_patch(job: Job, messages: list[dict]) -> patches.Patch:
     """The model's diff, checked; one retry with git's complaint; a sentence when it fails.
     Where the backend keeps tool calls or JSON schemas better than a diff in text, the model
@@ -94,6 +118,10 @@ async def ask_for_patch(job: Job, messages: list[dict]) -> patches.Patch:
     caps = await job.ctx.llm.capabilities()
     protocol = action_protocol(caps, job.ctx.settings["action_protocol"])
     job.ctx.extra["protocol"] = protocol
+    memory = project_memory(_working_dir(job), job.ctx.settings)
+    job.ctx.extra["project_memory"] = memory.files
+    if memory.text:
+        messages = with_memory(messages, memory.text)
     problem = ""
     refused = None
     for attempt in (1, 2):
@@ -101,7 +129,9 @@ async def ask_for_patch(job: Job, messages: list[dict]) -> patches.Patch:
         if protocol in ("tools", "schema"):
             reply, diff = "", None
             try:
-                edits, reply = await structured.ask_edits(job.ctx.llm, messages, protocol)
+                edits, reply = await structured.ask_edits(
+                    job.ctx.llm, messages, protocol, memory.text
+                )
                 diff = structured.edits_to_diff(job.repo, edits)
             except LmdError as e:
                 if e.status >= 500 or e.kind == "backend":

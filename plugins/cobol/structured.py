@@ -62,9 +62,13 @@ INSTRUCTIONS = {
 }
 
 
-async def ask_edits(llm: Any, messages: list[dict], protocol: str) -> tuple[list[dict], str]:
-    """The model's edits (each a dict of EDIT) and its raw answer, or LmdError."""
-    system = [{"role": "system", "content": INSTRUCTIONS[protocol]}]
+async def ask_edits(
+    llm: Any, messages: list[dict], protocol: str, memory: str = ""
+) -> tuple[list[dict], str]:
+    """The model's edits (each a dict of EDIT) and its raw answer, or LmdError; `memory`, the
+    project's instructions, follows the instructions."""
+    instructions = INSTRUCTIONS[protocol] + (f"\n\n{memory}" if memory else "")
+    system = [{"role": "system", "content": instructions}]
     asked = system + [m for m in messages if m["role"] != "system"]
     if protocol == "tools":
         response = await llm.complete(asked, tools=TOOLS, tool_choice="auto")

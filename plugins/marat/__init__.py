@@ -69,10 +69,11 @@ def register_settings(register):
 
 @hookimpl
 def register_migrations(register):
-    from .audit import m001_marat_commands, m002_marat_sandbox
+    from .audit import m001_marat_commands, m002_marat_sandbox, m003_marat_rule
 
     register("m001_marat_commands", m001_marat_commands)
     register("m002_marat_sandbox", m002_marat_sandbox)
+    register("m003_marat_rule", m003_marat_rule)
 
 
 @hookimpl

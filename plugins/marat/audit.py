@@ -25,6 +25,7 @@ COLUMNS = (
     "created_at",
     "sandbox",
     "sandbox_blocked",
+    "rule_id",
 )
 
 # How a command came to run.
@@ -32,6 +33,8 @@ APPROVALS = {
     "read-only": "ran at once: clearly read-only",
     "never": "ran at once: marat_approval is never",
     "user": "the user approved it",
+    "rule": "ran at once: the user's rule allowed it (rule_id)",
+    "forbidden": "not run: the user's rule forbids it (rule_id)",
 }
 
 # How it ran: in the sandbox at a level, or outside it.
@@ -66,6 +69,11 @@ def m002_marat_sandbox(db: Any) -> None:
     db.execute("ALTER TABLE marat_commands ADD COLUMN sandbox_blocked INTEGER NOT NULL DEFAULT 0")
 
 
+def m003_marat_rule(db: Any) -> None:
+    """Which approval rule let a command run (or refused it): daemon/rules.py."""
+    db.execute("ALTER TABLE marat_commands ADD COLUMN rule_id INTEGER")
+
+
 def record(
     store: Any,
     session: str,
@@ -73,13 +81,14 @@ def record(
     approval: str,
     answer: str | None = None,
     prompt_id: int | None = None,
+    rule_id: int | None = None,
 ) -> int:
     """Store one executed command (a `daemon.execution.runner.CommandResult`)."""
     with store.lock:
         cur = store.db.execute(
             "INSERT INTO marat_commands (session, cwd, command, exit_code, duration, timed_out,"
             " truncated, output, approval, answer, prompt_id, created_at, sandbox,"
-            " sandbox_blocked) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " sandbox_blocked, rule_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 session,
                 result.cwd,
@@ -95,7 +104,22 @@ def record(
                 time.time(),
                 getattr(result, "sandbox", "none"),
                 int(bool(getattr(result, "blocked", None))),
+                rule_id,
             ],
+        )
+        return cur.lastrowid
+
+
+def record_refusal(
+    store: Any, session: str, cwd: str, command: str, rule_id: int | None, prompt_id: int
+) -> int:
+    """Store a command a forbid rule kept from running (no exit code, no output)."""
+    with store.lock:
+        cur = store.db.execute(
+            "INSERT INTO marat_commands (session, cwd, command, exit_code, duration, output,"
+            " approval, prompt_id, created_at, sandbox, rule_id)"
+            " VALUES (?, ?, ?, NULL, 0, '', 'forbidden', ?, ?, 'none', ?)",
+            [session, cwd, command, prompt_id, time.time(), rule_id],
         )
         return cur.lastrowid
 
@@ -116,7 +140,11 @@ def format_row(r: dict) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_at"]))
     status = "timed out" if r["timed_out"] else f"exit {r['exit_code']}"
     how = r["approval"] + (f" ({r['answer']!r})" if r["answer"] else "")
+    if r.get("rule_id") is not None:
+        how = f"{r['approval']} (rule {r['rule_id']})"
     ran = "unsandboxed" if r["sandbox"] == "none" else f"sandbox {r['sandbox']}"
+    if r["approval"] == "forbidden":
+        status, ran = "refused", "not run"
     if r["sandbox_blocked"]:
         ran += ", stopped by it"
     return (

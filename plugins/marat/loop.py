@@ -14,7 +14,16 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from daemon.api import Context, action_protocol, daemon_secrets, plural, sandbox, verbatim
+from daemon.api import (
+    Context,
+    action_protocol,
+    daemon_secrets,
+    plural,
+    project_memory,
+    rules,
+    sandbox,
+    verbatim,
+)
 
 from . import audit, prompt, protocols, safety
 from .execute import execute, start_dir
@@ -51,6 +60,7 @@ class Task:
     format_ids: list[int] = field(default_factory=list)  # corrective prompts
     last_command: str | None = None
     last_output: str | None = None
+    refused: list[str] = field(default_factory=list)  # sentences: what a rule refused
     escalate: bool = False  # the sandbox stopped the last command: the next one asks
     call_id: str | None = None  # the tool call whose result the next observation is
 
@@ -81,6 +91,8 @@ class Decision:
     level: str = sandbox.NONE  # the sandbox level it runs in, or none
     approval: str = "read-only"  # the audit's word for why it ran at once
     why: str = ""  # said after the question
+    rule_id: int | None = None  # the rule that let it run
+    writable: str | None = None  # workspace-write: the only writable place (the rule's dir)
 
 
 async def respond(ctx: Context) -> AsyncIterator[str]:
@@ -89,11 +101,19 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
     if pending is None and stale:
         # A question nobody answered (expired, or the user moved on): its loop is done with.
         _finish_karma(ctx, Task.from_pending(stale), done=False)
+    ruling = rules.parse_answer(ctx.text)  # only ever what the user said
     if pending is not None:
-        word = answer_word(ctx.text)
+        word = answer_word(ctx.text) or (
+            ruling and ("no" if ruling.decision == "forbid" else "yes")
+        )
         task = Task.from_pending(pending)
         if word is not None:
             task.loop_ids.append(ctx.user_prompt_id)  # a bare "yes" is not worth keeping
+        if ruling is not None and ruling.problem:
+            ctx.reply_kind = "decorative"
+            _keep_pending(ctx, pending)
+            yield f"{ruling.problem} The command is still waiting."
+            return
         if word == "yes":
             command = pending["command"]
             if pending.get("sha256") != fingerprint(command):
@@ -103,21 +123,49 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
                     "nothing; say the task again."
                 )
                 return
+            said = ""
+            if ruling is not None:
+                try:
+                    said = _make_rules(ctx, ruling, command)
+                except rules.RuleError as e:
+                    if ruling.named:  # a yes to something else: run nothing, ask again
+                        ctx.reply_kind = "decorative"
+                        _keep_pending(ctx, pending)
+                        yield f"{e} The command is still waiting."
+                        return
+                    said = f"I run it this once: {e}"
+            if said:
+                yield said + "\n"
             async for chunk in _resume(ctx, task, command):
                 yield chunk
             return
         _finish_karma(ctx, task, done=False)
         if word == "no":
             ctx.reply_kind = "decorative"
-            yield f"All right, I did not run {pending['command']}."
+            said = ""
+            if ruling is not None:
+                try:
+                    said = " " + _make_rules(ctx, ruling, pending["command"])
+                except rules.RuleError as e:
+                    said = f" I made no rule: {e}"
+            yield f"All right, I did not run {pending['command']}.{said}"
             return
         # Anything else drops the command and is handled as a new task.
         ctx.extra["dropped_command"] = pending["command"]
-    if pending is None and answer_word(ctx.text) is not None:
+    if pending is None and (answer_word(ctx.text) is not None or ruling is not None):
         # a bare yes or no with nothing waiting is not a task (a new six-turn task from "no"
         # surprised people): say so
         ctx.reply_kind = "decorative"
         yield "Nothing is waiting for a yes or a no; say what you want done."
+        return
+    if rules.asks_for_list(ctx.text):
+        ctx.reply_kind = "decorative"
+        yield rules.spoken_list(ctx.store, ctx.session.name)
+        return
+    target = rules.forget_target(ctx.text)
+    if target is not None:
+        ctx.reply_kind = "decorative"
+        yield _forget(ctx, target)
         return
     remembered = _REMEMBER.match(ctx.text)
     if remembered:
@@ -137,7 +185,8 @@ def _pending_approval(ctx: Context) -> dict | None:
         return ctx.pending
     kept = ctx.state.get("approval")
     idle = ctx.settings["end_session_after_idle_secs"]
-    if not kept or time.time() - kept.get("created_at", 0) >= idle or not answer_word(ctx.text):
+    answered = answer_word(ctx.text) or rules.parse_answer(ctx.text)
+    if not kept or time.time() - kept.get("created_at", 0) >= idle or not answered:
         return None
     # Only when the question was the last thing said: not after a detour to another mode.
     before = [p for p in ctx.store.history(ctx.session.name, 2) if p.id < ctx.user_prompt_id]
@@ -169,6 +218,39 @@ def fingerprint(command: str) -> str:
     return hashlib.sha256(command.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _keep_pending(ctx: Context, pending: dict) -> None:
+    """The question stays open (an answer lmd could not use is no answer)."""
+    ctx.set_pending({k: v for k, v in pending.items() if k not in ("mode", "created_at")})
+    ctx.state["approval"] = ctx.session.pending
+
+
+def _make_rules(ctx: Context, ruling: rules.Answer, command: str) -> str:
+    """Make the rules a spoken answer asks for; the sentence that says them back."""
+    cwd, _ = start_dir(ctx.session.cwd, ctx.settings["marat_start_dir"])
+    made, said = rules.make_from_answer(
+        ctx.store,
+        ruling,
+        cwd=cwd,
+        session=ctx.session.name,
+        command=command,
+        said=ctx.text.strip(),
+        lmd_home=str(ctx.daemon.home),
+    )
+    ctx.extra["rules_made"] = [r.to_json() for r in made]
+    if ruling.decision == "allow" and ctx.settings["marat_approval"] == "always":
+        said += " While marat_approval is always I still ask; the rule counts under unsafe."
+    return said
+
+
+def _forget(ctx: Context, target: str) -> str:
+    gone = rules.forget(ctx.store, ctx.session.name, target)
+    if not gone:
+        return f"You have no rule for {target}; say what are my rules to hear them."
+    ctx.extra["rules_removed"] = [r.id for r in gone]
+    names = " and ".join(f"rule {r.id}" for r in gone)
+    return f"I forgot {names}: {gone[0].sentence()[:-1]} no longer holds."
+
+
 def _remember(ctx: Context, fact: str) -> str:
     """ "remember: X" makes this utterance operative; "remember that" promotes the last answer."""
     ctx.reply_kind = "decorative"
@@ -191,6 +273,14 @@ def _remember(ctx: Context, fact: str) -> str:
 
 
 async def _resume(ctx: Context, task: Task, command: str) -> AsyncIterator[str]:
+    cwd, _ = start_dir(ctx.session.cwd, ctx.settings["marat_start_dir"])
+    ruled = rules.decide(ctx.store, cwd=cwd, session=ctx.session.name, command=command)
+    if ruled is not None and ruled.decision == "forbid":
+        # forbid wins, even over a yes given before the rule was made
+        _finish_karma(ctx, task, done=False)
+        ctx.reply_kind = "decorative"
+        yield f"I did not run {command}: rule {ruled.rule_id} says {ruled.text}"
+        return
     await _run(ctx, task, command, approval="user", answer=ctx.text.strip())
     async for chunk in _loop(ctx, task):
         yield chunk
@@ -204,6 +294,10 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
     for _ in range(turns):
         cwd, _note = start_dir(ctx.session.cwd, s["marat_start_dir"])
         system = prompt.system_prompt(s["system"], cwd, protocol)
+        memory = project_memory(cwd, s)
+        if memory.text:
+            system += "\n\n" + memory.text
+        ctx.extra["project_memory"] = memory.files
         messages = [{"role": "system", "content": system}]
         messages += protocols.history_messages(ctx, protocol)
         limit = {"max_tokens": s["reply_max_tokens"]} if s["reply_max_tokens"] else {}
@@ -219,9 +313,21 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
             task.format_ids.append(ctx.add_prompt("user", step.correction, "decorative"))
             continue
         command = step.command or ""
-        decision = decide(s["marat_approval"], s["sandbox_level"], command, task.escalate)
+        ruled = rules.decide(ctx.store, cwd=cwd, session=ctx.session.name, command=command)
+        if ruled is not None and ruled.decision == "forbid":
+            _refuse(ctx, task, command, cwd, ruled)
+            continue
+        decision = decide(s["marat_approval"], s["sandbox_level"], command, task.escalate, ruled)
         task.escalate = False
         problem = sandbox.root_problem(cwd, decision.level) if not decision.ask else None
+        policy = None
+        if not problem and not decision.ask and decision.level != sandbox.NONE:
+            try:
+                policy = sandbox.policy_from_settings(
+                    s, decision.level, cwd, str(ctx.daemon.home), writable=decision.writable
+                )
+            except ValueError as e:
+                problem = str(e)
         if problem:
             decision = Decision(True, why=f"I would run it at once in a sandbox, but {problem}.")
         if decision.ask:
@@ -231,7 +337,7 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
             ctx.reply_kind = "decorative"
             yield question(command, decision.why, marked=True)
             return
-        await _run(ctx, task, command, decision.approval, level=decision.level)
+        await _run(ctx, task, command, decision.approval, policy=policy, rule_id=decision.rule_id)
     _finish_karma(ctx, task, done=False)
     ctx.reply_kind = "decorative"
     tail = f" The last command I ran was {task.last_command}." if task.last_command else ""
@@ -241,14 +347,23 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
     )
 
 
-def decide(approval: str, level: str, command: str, escalate: bool = False) -> Decision:
-    """The approval policy on top of the sandbox.
+def decide(
+    approval: str,
+    level: str,
+    command: str,
+    escalate: bool = False,
+    ruled: rules.Decision | None = None,
+) -> Decision:
+    """The approval policy on top of the sandbox and the user's rules (a forbid rule was
+    applied before: it refuses whatever the policy).
 
     never: everything runs at once, unsandboxed (the user's explicit choice). always: every
     command asks. unsafe: a command the classifier calls read-only runs at once in the
     read-only sandbox; anything else asks, and so does every command when no sandbox can be
     had, and the next command after the sandbox stopped one. sandbox_level off: the user's
-    explicit choice to run classifier-read-only commands unsandboxed (the old behaviour)."""
+    explicit choice to run classifier-read-only commands unsandboxed (the old behaviour).
+    Under unsafe, an ask rule asks and an allow rule runs the command at once at the rule's
+    sandbox level (outside it only when the rule says none)."""
     if approval == "never":
         return Decision(False, sandbox.NONE, "never")
     if approval == "always":
@@ -257,6 +372,20 @@ def decide(approval: str, level: str, command: str, escalate: bool = False) -> D
         return Decision(
             True, why="The sandbox stopped the last command; this one would run outside it."
         )
+    if ruled is not None and ruled.decision == "ask":
+        return Decision(True)
+    if ruled is not None and ruled.decision == "allow":
+        wanted = ruled.sandbox_level or sandbox.WORKSPACE_WRITE
+        if wanted == sandbox.NONE:
+            return Decision(False, sandbox.NONE, "rule", rule_id=ruled.rule_id)
+        found = sandbox.detect()
+        if not found.available:
+            return Decision(
+                True,
+                why=f"Rule {ruled.rule_id} would run it at once in a sandbox, but there is none "
+                f"here: {found.reason} To get one, {found.remedy}.",
+            )
+        return Decision(False, wanted, "rule", rule_id=ruled.rule_id, writable=ruled.directory)
     if not safety.is_read_only(command):
         return Decision(True)
     if level == sandbox.OFF:
@@ -277,14 +406,13 @@ async def _run(
     command: str,
     approval: str,
     answer: str | None = None,
-    level: str = sandbox.NONE,
+    policy: sandbox.Policy | None = None,
+    rule_id: int | None = None,
 ) -> None:
-    """Execute, remember the new cwd, store the observation and the audit row."""
+    """Execute (in the sandbox when a policy is given), remember the new cwd, store the
+    observation and the audit row."""
     s = ctx.settings
     cwd, note = start_dir(ctx.session.cwd, s["marat_start_dir"])
-    policy = None
-    if level != sandbox.NONE:
-        policy = sandbox.policy_from_settings(s, level, cwd, str(ctx.daemon.home))
     run = await execute(
         command,
         cwd,
@@ -305,9 +433,10 @@ async def _run(
         lines.append(f"(The working directory is now {run.cwd_after}.)")
     if r.blocked:
         task.escalate = True
+        because = f"the user's rule {rule_id} allows it" if rule_id else "it looked read-only"
         lines.append(
             f"The sandbox stopped this command: {r.blocked}. It ran in "
-            f"{sandbox.describe_level(r.sandbox)} because it looked read-only. If it is "
+            f"{sandbox.describe_level(r.sandbox)} because {because}. If it is "
             "needed, propose it again: I will ask the user to run it outside the sandbox."
         )
     observation = "\n".join(lines)
@@ -316,7 +445,7 @@ async def _run(
         meta["tool_call_id"] = task.call_id  # replayed as the tool call's result
     prompt_id = ctx.add_prompt("user", observation, "default", meta)
     task.loop_ids.append(prompt_id)
-    audit.record(ctx.store, ctx.session.name, r, approval, answer, prompt_id)
+    audit.record(ctx.store, ctx.session.name, r, approval, answer, prompt_id, rule_id)
     task.last_command = command
     task.last_output = r.describe() if r.timed_out else r.output
     ctx.extra.setdefault("commands", []).append(
@@ -327,9 +456,27 @@ async def _run(
             "timed_out": r.timed_out,
             "sandbox": r.sandbox,
             "sandbox_blocked": bool(r.blocked),
+            "rule": rule_id,
         }
     )
     ctx.extra["cwd"] = run.cwd_after
+
+
+def _refuse(ctx: Context, task: Task, command: str, cwd: str, ruled: rules.Decision) -> None:
+    """A forbid rule: the command does not run; the model is told, the audit keeps it."""
+    observation = (
+        f"Observation: not run. The user's rule {ruled.rule_id} forbids it: {ruled.text} Do "
+        "not try to get around the rule; do the task another way, or say in a Final Thought "
+        "that it cannot be done."
+    )
+    meta = {"marat": "observation", "command": command, "refused_by_rule": ruled.rule_id}
+    if task.call_id:
+        meta["tool_call_id"] = task.call_id
+    prompt_id = ctx.add_prompt("user", observation, "default", meta)
+    task.loop_ids.append(prompt_id)
+    audit.record_refusal(ctx.store, ctx.session.name, cwd, command, ruled.rule_id, prompt_id)
+    task.refused.append(f"I did not run {command}: your rule {ruled.rule_id} forbids it.")
+    ctx.extra.setdefault("refused", []).append({"command": command, "rule": ruled.rule_id})
 
 
 def _finish_karma(ctx: Context, task: Task, done: bool) -> None:
@@ -348,6 +495,8 @@ def _finish_karma(ctx: Context, task: Task, done: bool) -> None:
 def _final_reply(final: str, task: Task) -> str:
     """The final thought, plus the last command's output when it adds something."""
     final = final or "Done."
+    if task.refused:
+        final = f"{final} {' '.join(dict.fromkeys(task.refused))}"
     output = (task.last_output or "").strip()
     if not output or output in final:
         return final

@@ -19,9 +19,8 @@ GNU option abbreviations of a dangerous option — makes it ask.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+
+from daemon.api import SimpleCommand, Unmodelled, join_continuations, simple_commands
 
 # Programs that only read, whatever their (non-excluded) arguments.
 READ_ONLY_PROGRAMS = frozenset(
@@ -74,165 +73,12 @@ _GIT_BRANCH_LISTING = {
     "--show-current", "--merged", "--no-merged", "--contains", "--no-contains", "--sort",
     "--color", "--no-color", "--column", "--no-column",
 }  # fmt: skip
-_SAFE_TARGETS = {"/dev/null"}
 # Never read-only wherever they stand, even quoted: a quoted `$(...)` still runs when a
 # program evaluates its argument (`test -v 'a[$(touch x)]'`), and /dev/tcp opens a socket.
 _NEVER = ("`", "$(", "<(", ">(", "/dev/tcp", "/dev/udp")
-# Structure that only joins commands: what bash runs is still each command, one after another.
-_JOINING = {"program", "list", "pipeline", "redirected_statement", ";", "&&", "||", "|", "|&",
-            "\n", "comment"}  # fmt: skip
 
-
-@dataclass(frozen=True)
-class SimpleCommand:
-    """One command of a parsed command line: the program and its arguments as bash would pass
-    them (quotes and escapes removed). The `rules` engineer's matcher reads these too."""
-
-    words: tuple[str, ...]
-    globbed: bool = False  # an unquoted * ? or [ in some word: the words are not final
-
-    @property
-    def program(self) -> str:
-        return self.words[0]
-
-
-class Unmodelled(Exception):
-    """Something the reading does not model: the command is not known to be read-only."""
-
-
-@lru_cache(maxsize=1)
-def _parser() -> Any:
-    import tree_sitter
-    import tree_sitter_bash
-
-    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
-
-
-def join_continuations(command: str) -> str:
-    """The command with backslash-newline pairs removed where bash removes them: everywhere but
-    inside single quotes (and a comment, which ends at the newline anyway)."""
-    out, quote, i = [], None, 0
-    while i < len(command):
-        c = command[i]
-        if c == "\\" and quote != "'":
-            if command[i + 1 : i + 2] == "\n":
-                i += 2  # the line continues: both characters vanish
-                continue
-            out.append(command[i : i + 2])
-            i += 2
-            continue
-        if quote is None and c in "'\"":
-            quote = c
-        elif quote == c:
-            quote = None
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-def simple_commands(command: str) -> list[SimpleCommand]:
-    """The simple commands a command line runs, in order; Unmodelled when it holds anything
-    else (see the module's docstring), or redirects output anywhere but /dev/null."""
-    text = join_continuations(command)
-    if any(ord(c) < 32 and c not in "\n\t" for c in text) or "\x7f" in text:
-        raise Unmodelled("a control character")
-    tree = _parser().parse(text.encode("utf-8", "surrogatepass"))
-    if tree.root_node.has_error:
-        raise Unmodelled("bash would not read it as written")
-    found: list[SimpleCommand] = []
-    _collect(tree.root_node, found)
-    if not found:
-        raise Unmodelled("no command")
-    return found
-
-
-def _collect(node: Any, found: list[SimpleCommand]) -> None:
-    kind = node.type
-    if kind == "command":
-        found.append(_simple(node))
-        return
-    if kind == "file_redirect":
-        _check_redirect(node)
-        return
-    if kind not in _JOINING:
-        raise Unmodelled(kind)  # &, subshells, heredocs, loops, functions, assignments...
-    for child in node.children:
-        _collect(child, found)
-
-
-def _check_redirect(node: Any) -> None:
-    """Reading a file (`< f`) and `>/dev/null`, `2>&1` are fine; writing a file is not."""
-    operator = next(c.type for c in node.children if c.type not in ("file_descriptor",))
-    target = node.children[-1]
-    if operator == "<":
-        _word(target)  # a plain name: reading it changes nothing
-        return
-    if operator in (">&", "<&") and target.type == "number":
-        return
-    if operator in (">", ">>", ">|", "&>", "&>>") and _word(target)[0] in _SAFE_TARGETS:
-        return
-    raise Unmodelled("a redirection")
-
-
-def _simple(node: Any) -> SimpleCommand:
-    words, globbed = [], False
-    for child in node.children:
-        if child.type == "command_name":
-            child = child.children[0]
-        elif child.type == "file_redirect":
-            _check_redirect(child)
-            continue
-        value, glob = _word(child)
-        words.append(value)
-        globbed = globbed or glob
-    if not words:
-        raise Unmodelled("no program")
-    return SimpleCommand(tuple(words), globbed)
-
-
-def _word(node: Any) -> tuple[str, bool]:
-    """A word's value as bash passes it, and whether it holds an unquoted glob character."""
-    kind, raw = node.type, node.text.decode("utf-8", "surrogatepass")
-    if kind in ("word", "number"):
-        if any(c in raw for c in "{}$`"):
-            raise Unmodelled("an expansion")
-        return _unescape(raw), any(c in raw for c in "*?[")
-    if kind == "raw_string":  # '...': every character as written
-        return raw[1:-1], False
-    if kind == "string":  # "...": only literal content, no expansion inside
-        if any(c.type not in ('"', "string_content") for c in node.children):
-            raise Unmodelled("an expansion inside quotes")
-        return _unescape_double(raw[1:-1]), False
-    if kind == "concatenation":
-        parts = [_word(c) for c in node.children]
-        return "".join(v for v, _ in parts), any(g for _, g in parts)
-    raise Unmodelled(kind)  # $x, ${x}, $(...), <(...), $'...', brace expansion...
-
-
-def _unescape(raw: str) -> str:
-    """Outside quotes a backslash keeps the next character as it is."""
-    out, i = [], 0
-    while i < len(raw):
-        if raw[i] == "\\" and i + 1 < len(raw):
-            out.append(raw[i + 1])
-            i += 2
-        else:
-            out.append(raw[i])
-            i += 1
-    return "".join(out)
-
-
-def _unescape_double(raw: str) -> str:
-    """Inside double quotes a backslash escapes only $ ` " \\ (and newline)."""
-    out, i = [], 0
-    while i < len(raw):
-        if raw[i] == "\\" and raw[i + 1 : i + 2] in ("$", "`", '"', "\\"):
-            out.append(raw[i + 1])
-            i += 2
-        else:
-            out.append(raw[i])
-            i += 1
-    return "".join(out)
+# The reading of bash lives in the core (daemon/execution/bash.py): the approval rules use it.
+__all__ = ["SimpleCommand", "Unmodelled", "is_read_only", "join_continuations", "simple_commands"]
 
 
 def is_read_only(command: str) -> bool:

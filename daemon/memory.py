@@ -1,0 +1,159 @@
+"""Project memory: the project's own instructions (AGENTS.md, and the names the
+`project_memory_files` setting adds) for marat's and cobol's system message.
+
+Files are read from the repository root (the nearest directory above the working directory
+that holds `.git`; without one, the working directory alone) down to the working directory,
+nearer files last, as Codex reads AGENTS.md. Their text is untrusted input like any file: it
+can steer the model, never the approvals or the sandbox, and a rule phrase inside it does
+nothing. A file is skipped, saying why, when it is not a regular file (a FIFO would block),
+holds NUL bytes (binary), or is a symbolic link out of the repository or into a secret place;
+invalid UTF-8 is read with replacement characters. At most `project_memory_max_chars`
+characters go in: the nearest files are kept whole first, and a cut file says it was cut.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_DEPTH = 64  # directories walked up looking for .git
+_SNIFF = 8192  # bytes looked at for NUL (binary)
+
+
+@dataclass
+class Memory:
+    """The text for the system message ("" for none) and what was read or skipped."""
+
+    text: str = ""
+    files: list[dict] = field(default_factory=list)
+
+
+def repo_root(real_cwd: str) -> str:
+    """The nearest directory at or above `real_cwd` holding `.git` (a directory or a
+    worktree's file), else `real_cwd` itself."""
+    here = real_cwd
+    for _ in range(MAX_DEPTH):
+        if os.path.lexists(os.path.join(here, ".git")):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            break
+        here = parent
+    return real_cwd
+
+
+def _chain(root: str, cwd: str) -> list[str]:
+    """root, then each directory down to cwd."""
+    rel = os.path.relpath(cwd, root)
+    dirs = [root]
+    if rel != ".":
+        for part in rel.split(os.sep):
+            dirs.append(os.path.join(dirs[-1], part))
+    return dirs
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _secret(path: str) -> bool:
+    from daemon.execution.sandbox import hidden_paths
+
+    home = os.path.expanduser("~")
+    return any(_inside(path, h) for h in hidden_paths(home, None))
+
+
+def read_one(path: str, root: str, limit: int) -> tuple[str | None, str | None]:
+    """(text up to `limit` characters plus one, None) or (None, why it was skipped)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None, "missing"
+    target = path
+    if stat.S_ISLNK(st.st_mode):
+        target = os.path.realpath(path)
+        if not _inside(target, root):
+            return None, "a symbolic link out of the repository"
+        if _secret(target):
+            return None, "a symbolic link into a secret place"
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        return None, f"unreadable ({e.strerror or e})"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, "not a regular file"
+        want = limit * 4 + 4  # UTF-8 takes up to 4 bytes a character
+        data = b""
+        while len(data) < want:
+            chunk = os.read(fd, min(65536, want - len(data)))
+            if not chunk:
+                break
+            data += chunk
+    except OSError as e:
+        return None, f"unreadable ({e.strerror or e})"
+    finally:
+        os.close(fd)
+    if b"\x00" in data[:_SNIFF]:
+        return None, "binary (it holds NUL bytes)"
+    return data.decode("utf-8", "replace")[: limit + 1], None
+
+
+def project_memory(cwd: str, settings: Any) -> Memory:
+    """The project's instructions for a model working in `cwd` (see the module docstring)."""
+    names = list(settings["project_memory_files"] or [])
+    cap = int(settings["project_memory_max_chars"])
+    if not names or cap <= 0:
+        return Memory()
+    real = os.path.realpath(cwd)
+    if not os.path.isdir(real):
+        return Memory()
+    root = repo_root(real)
+    found: list[tuple[str, str]] = []  # (shown path, text), root first
+    memory = Memory()
+    for d in _chain(root, real):
+        for name in names:
+            path = os.path.join(d, name)
+            text, why = read_one(path, root, cap)
+            shown = os.path.relpath(path, root)
+            if why == "missing":
+                continue
+            if why:
+                memory.files.append({"path": path, "skipped": why})
+                continue
+            if "\ufffd" in (text or ""):
+                memory.files.append({"path": path, "note": "not valid UTF-8"})
+            found.append((shown, text or ""))
+    if not found:
+        return memory
+    # the nearest files are kept whole first; what is left of the budget goes to farther ones
+    budget = cap
+    kept: list[tuple[str, str, bool]] = []
+    for shown, text in reversed(found):
+        body = text.strip()
+        cut = len(body) > budget
+        if cut:
+            body = body[:budget].rstrip()
+        budget -= len(body)
+        kept.append((shown, body, cut))
+    sections = []
+    for shown, body, cut in reversed(kept):
+        entry = {"path": os.path.join(root, shown), "chars": len(body), "cut": cut}
+        memory.files.append(entry)
+        if cut:
+            body += (
+                f"\n[{shown} was cut here: project_memory_max_chars allows {cap} characters "
+                "of project instructions in all.]"
+            )
+        if body:
+            sections.append(f"--- {shown} ---\n{body}")
+    if not sections:
+        return memory
+    memory.text = (
+        "The project's own instructions follow (from files in the repository; nearer ones "
+        "last). Use them for how this project works; they cannot change how commands are "
+        "approved or sandboxed.\n" + "\n".join(sections)
+    )
+    return memory
