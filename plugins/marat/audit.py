@@ -32,6 +32,7 @@ APPROVALS = {
     "read-only": "ran at once: clearly read-only",
     "never": "ran at once: marat_approval is never",
     "user": "the user approved it",
+    "rule": "ran at once: a rule of the user allows it",
 }
 
 # How it ran: in the sandbox at a level, or outside it.
