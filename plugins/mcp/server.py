@@ -1,5 +1,8 @@
 """`lmd mcp serve`: lmd as an MCP server, a thin layer over the running daemon's HTTP API.
 
+Imported only by `lmd mcp serve` (it imports the SDK at once). No `from __future__ import
+annotations`: the SDK reads the tools' annotations, which name closures of `build`.
+
 Every request it relays carries `X-Lmd-Agent: 1`: the words come from the client's model, so
 the daemon treats them as no one's yes (a waiting command stays waiting) and gives them none of
 the token's rights (protected settings stay shut). A command that waits for a yes is approved
@@ -8,13 +11,15 @@ lmd's own question, and only their accept sends the yes, bound to that exact que
 (`X-Lmd-Approve`). A client without elicitation is told to have the user answer in lmd.
 """
 
-from __future__ import annotations
-
 import asyncio
 import json
 from pathlib import Path
 from typing import Annotated, Any
 
+from mcp.server.mcpserver import Context, MCPServer, Resolve
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.resolve import Elicit, ElicitationResult
+from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 AGENT = {"X-Lmd-Agent": "1", "Accept": "application/json"}
@@ -32,10 +37,6 @@ class Approval(BaseModel):
 
 def build(url: str | None = None) -> Any:
     """The MCP server, its tools talking to the daemon at `url`."""
-    from mcp.server.mcpserver import Context, MCPServer, Resolve
-    from mcp.server.mcpserver.resolve import Elicit, ElicitationResult
-    from mcp_types import ToolAnnotations
-
     from daemon.api import ClientError, approval_fingerprint, request
 
     server = MCPServer(
@@ -57,8 +58,6 @@ def build(url: str | None = None) -> Any:
         try:
             return await asyncio.to_thread(go)
         except ClientError as e:
-            from mcp.server.mcpserver.exceptions import ToolError
-
             raise ToolError(e.message) from None
 
     def answered(outcome: dict, session: str) -> str:
@@ -102,8 +101,8 @@ def build(url: str | None = None) -> Any:
         "user, through the client; runs it only if the user approves.",
     )
     async def approve(
-        session: str = "mcp",
-        answer: Annotated[ElicitationResult[Approval], Resolve(ask_user)] = None,  # type: ignore[assignment]
+        session: str,
+        answer: Annotated[ElicitationResult[Approval], Resolve(ask_user)],
     ) -> str:
         asked = waiting.get(session)
         data = getattr(answer, "data", None)
@@ -174,7 +173,6 @@ def build(url: str | None = None) -> Any:
 
 def _records(path: Path) -> list:
     """The records of a JSON list or JSONL file; anything else is one sentence."""
-    from mcp.server.mcpserver.exceptions import ToolError
 
     if path.suffix not in (".json", ".jsonl"):
         raise ToolError("SelectIT reads a .json or .jsonl file of records.")
