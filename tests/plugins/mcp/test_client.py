@@ -247,3 +247,37 @@ def test_a_bad_configuration_is_one_sentence(tmp_path, config, sentence):
     (tmp_path / "mcp.json").write_text(json.dumps(config))
     with pytest.raises(Exception, match=sentence):
         load(tmp_path)
+
+
+def test_the_text_protocol_describes_the_tools_and_calls_one_in_a_tool_block(
+    make_client, home, tmp_path, backend
+):
+    write_config(home, tmp_path / "notes.log")
+    client = make_client(marat_start_dir=str(tmp_path))
+    backend.queue(
+        'Thought: note it.\nAction:\n```tool\n{"tool": "mcp__t__write_note", '
+        '"arguments": {"line": "hi"}}\n```',
+        "Thought: done.\nFinal Thought: Noted.",
+    )
+    assert "the tool write_note of the MCP server t" in post(client, "marat note hi")["reply"]
+    system = backend.chat_requests[0]["messages"][0]["content"]
+    assert "- mcp__t__write_note: Append a line" in system and "```tool" in system
+    assert post(client, "yes")["reply"] == "Noted."
+    assert (tmp_path / "notes.log").read_text() == "hi\n"
+    observed = backend.chat_requests[-1]["messages"][-1]["content"]
+    assert "\n\nObservation: the tool answered\nnoted: hi\n(This came from an MCP" in observed
+
+
+def test_the_schema_protocol_takes_a_tool_name_as_the_action(make_client, home, tmp_path, backend):
+    backend.capabilities.update(json_schema=True)
+    write_config(home, tmp_path / "notes.log")
+    client = make_client(marat_start_dir=str(tmp_path))
+    backend.queue(
+        json.dumps({"thought": "t", "action": "mcp__t__write_note", "text": '{"line": "hi"}'}),
+        json.dumps({"thought": "t", "action": "final", "text": "Noted."}),
+    )
+    assert "the tool write_note" in post(client, "marat note hi")["reply"]
+    fmt = backend.chat_requests[0]["response_format"]
+    assert "mcp__t__write_note" in json.dumps(fmt)
+    assert post(client, "yes")["reply"] == "Noted."
+    assert (tmp_path / "notes.log").read_text() == "hi\n"
