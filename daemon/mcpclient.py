@@ -40,7 +40,7 @@ EXPOSED = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what OpenAI-style function names
 MAX_DESCRIPTION = 400
 MAX_SCHEMA_CHARS = 8000
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
-RETRY_AFTER_SECS = 10.0  # a failed server is tried again on a later need, not at once
+RETRY_AFTER_SECS = 120.0  # a failed server is tried again on a later need, not at once
 
 
 def exposed_name(server: str, tool: str) -> str:
