@@ -42,8 +42,3 @@ def approval_allowed(pending: dict | None) -> bool:
     if not carried or not pending:
         return False
     return hmac.compare_digest(carried, approval_fingerprint(pending))
-
-
-def from_agent() -> bool:
-    """Does the request being answered relay a model's words (X-Lmd-Agent)?"""
-    return REQUEST_AGENT.get() is not None

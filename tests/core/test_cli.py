@@ -13,6 +13,7 @@ import pytest
 from tests.daemons import ROOT, lmd_in_process
 
 HEAVY = ("openai", "tiktoken", "numpy", "starlette", "hypercorn", "httpx", "llama_cpp", "mcp")
+HEAVY += ("mcp_types",)
 
 
 @pytest.fixture

@@ -83,6 +83,10 @@ def test_marat_calls_a_stdio_tool_only_after_a_spoken_yes(home, tmp_path, tools_
     # the model's relay (X-Lmd-Agent, as lmd mcp serve sends) cannot say the user's yes
     refused = say(d.url, "yes", **{"X-Lmd-Agent": "1"})
     assert "waits for the user's own yes" in refused["reply"] and not log.exists()
+    # nor with an approval bound to another question
+    stale = say(d.url, "yes", **{"X-Lmd-Agent": "1", "X-Lmd-Approve": "0" * 64})
+    assert "waits for the user's own yes" in stale["reply"] and not log.exists()
+    assert stale["pending"] == asked["pending"]  # the question still waits, unchanged
     done = say(d.url, "yes")
     assert done["reply"] == "Noted."
     assert log.read_text() == "hello\n"
@@ -281,3 +285,13 @@ def test_the_schema_protocol_takes_a_tool_name_as_the_action(make_client, home, 
     assert "mcp__t__write_note" in json.dumps(fmt)
     assert post(client, "yes")["reply"] == "Noted."
     assert (tmp_path / "notes.log").read_text() == "hi\n"
+
+
+def test_a_relayed_models_request_has_none_of_the_tokens_rights(make_client):
+    token = "t" * 32
+    client = make_client(token=token, peer=False)
+    bearer = {"Authorization": f"Bearer {token}"}
+    agent = {**bearer, "X-Lmd-Agent": "1"}
+    refused = client.put("/settings/marat_approval", content="never", headers=agent)
+    assert refused.status_code == 403 and "protected" in refused.json()["error"]
+    assert client.put("/settings/marat_approval", content="always", headers=bearer).is_success
