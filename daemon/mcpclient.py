@@ -251,10 +251,7 @@ class Hub:
         c = server.config
         if c.command:
             return _capped_stdio(server)
-        from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared._httpx_utils import create_mcp_http_client
-
-        return streamable_http_client(c.url, http_client=create_mcp_http_client(headers=c.headers))
+        return _http(c)
 
     async def call(
         self,
@@ -413,6 +410,18 @@ def _sentence(name: str, e: BaseException) -> str:
     if "connection closed" in text.lower():
         return f"The MCP server {name} stopped (its process ended or closed the connection)."
     return f"The MCP server {name} failed: {text}."
+
+
+@asynccontextmanager
+async def _http(c: ServerConfig) -> AsyncIterator[tuple[Any, Any]]:
+    """Streamable HTTP with the configured headers (the SDK leaves a client it was given
+    open: it is closed here)."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with create_mcp_http_client(headers=c.headers) as http:
+        async with streamable_http_client(c.url, http_client=http) as streams:
+            yield streams
 
 
 @asynccontextmanager
