@@ -266,7 +266,8 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
                 _observe(ctx, task, f"Observation: {FORBIDDEN}", {"tool": call})
                 continue
             if rule is not None and rule.decision == "allow":
-                await _call_tool(ctx, task, call, "rule")
+                said = f"rule {getattr(rule, 'rule_id', '?')}: {getattr(rule, 'text', '')}"
+                await _call_tool(ctx, task, call, "rule", answer=said.strip(": "))
                 continue
             text = call_text(tool.server, tool.name, step.tool[1])
             asked = tool_question(tool, step.tool[1])
