@@ -7,14 +7,18 @@ the daemon); this plugin adds the commands and GET /mcp/servers.
 
 from __future__ import annotations
 
-from daemon.api import hookimpl
+from daemon.api import hookimpl, lazy_command
 
 
 @hookimpl
 def register_commands(cli):
-    from .commands import mcp
-
-    cli.add_command(mcp)
+    cli.add_command(
+        lazy_command(
+            "mcp",
+            "plugins.mcp.commands:mcp",
+            "MCP: the servers whose tools marat may call, and lmd as an MCP server.",
+        )
+    )
 
 
 @hookimpl

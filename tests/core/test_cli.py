@@ -150,7 +150,7 @@ def test_help_lists_plugin_commands_without_importing_them():
     history = cli.commands["history"]
     lazies = [(n, c) for group in (cli, history) for n, c in group.commands.items()]
     lazies = [(n, c) for n, c in lazies if isinstance(c, LazyCommand)]
-    assert {n for n, _ in lazies} >= {"elo", "selectit", "score", "sql", "commands"}
+    assert {n for n, _ in lazies} >= {"elo", "selectit", "score", "sql", "commands", "mcp"}
     for name, lazy in lazies:
         real = lazy.load()
         assert real.name == name, name

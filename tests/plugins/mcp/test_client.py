@@ -182,17 +182,17 @@ def test_a_server_that_hangs_is_one_sentence_and_the_task_goes_on(
 
 
 @pytest.mark.parametrize(
-    ("tool", "told"),
+    ("tool", "timeout", "told"),
     [
-        ("crash", "The MCP server t stopped (its process ended or closed the connection)."),
-        ("huge", "The MCP server t sent a message larger than 8 MB, so I stopped it."),
-        ("wait_forever", "did not answer the call of wait_forever within 2 seconds"),
+        ("crash", 60, "The MCP server t stopped (its process ended or closed the connection)."),
+        ("huge", 60, "The MCP server t sent a message larger than 8 MB, so I stopped it."),
+        ("wait_forever", 2, "did not answer the call of wait_forever within 2 seconds"),
     ],
 )
 def test_a_server_that_crashes_floods_or_hangs_in_a_call_is_one_sentence(
-    marat, tools_backend, tool, told
+    marat, tools_backend, tool, timeout, told
 ):
-    client = marat(mcp_call_timeout_secs=2)
+    client = marat(mcp_call_timeout_secs=timeout)
     tools_backend.queue(call(f"mcp__t__{tool}"), FINAL)
     assert "Say yes to run it" in post(client, "marat take a note")["reply"]
     reply = post(client, "yes")["reply"]  # the user hears it once, and the task goes on
