@@ -99,6 +99,12 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_file_size_mb', '10
 INSERT OR IGNORE INTO settings (name, value) VALUES ('sandbox_max_processes', '256');
 -- Environment variables passed to commands beside PATH, HOME, USER, LANG, LC_*, TZ, TERM, SHELL (JSON list of names; never the API key or the token). Allowed: a JSON value. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('command_env_passthrough', '[]');
+-- Seconds an MCP server may take to start and list its tools. Allowed: a number from 0.5 to 600.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('mcp_start_timeout_secs', '20.0');
+-- Seconds one MCP tool call may take before its server is stopped. Allowed: a number from 0.5 to 86400.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('mcp_call_timeout_secs', '30.0');
+-- Most tools of one MCP server offered to the model (the first ones it lists). Allowed: a whole number from 1 to 500.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('mcp_max_tools', '32');
 -- Files marat and cobol read as the project's instructions, from the repository root down to the working directory (JSON list of names, e.g. ["AGENTS.md", "CLAUDE.md", ".lmd.md"]; [] reads none). Allowed: a JSON value.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('project_memory_files', '["AGENTS.md"]');
 -- Most characters of project instructions put into the system message (the nearest files are kept whole first; what is cut says so). Allowed: a whole number from 0 to 1000000.

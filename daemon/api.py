@@ -57,6 +57,7 @@ _GROUPS: dict[str, dict[str, str]] = {
         "verbatim": "daemon.speak",
         "unmark": "daemon.speak",
         "token_presented": "daemon.http.guard",
+        "owner_only": "daemon.http.guard",
         "allowed_http_path": "daemon.paths",
     },
     # Writing commands for the `lmd` group.
@@ -125,6 +126,14 @@ _GROUPS: dict[str, dict[str, str]] = {
         "action_protocol": "daemon.backends.protocols",
         "choose_backend": "daemon.backends.choice",
     },
+    # Approvals and MCP tools: who may say yes, and the MCP servers the user configured.
+    "Approvals and MCP": {
+        "approval_allowed": "daemon.approvals",
+        "approval_fingerprint": "daemon.approvals",
+        "mcp_hub": "daemon.mcpclient",
+        "McpHub": "daemon.mcpclient",
+        "mcp_rule_name": "daemon.mcpclient",
+    },
     # Sentences and splitting work into parts.
     "Words and shards": {
         "plural": "daemon.words",
@@ -180,6 +189,7 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "verbatim",
     "unmark",
     "token_presented",
+    "owner_only",
     "allowed_http_path",
     "home_option",
     "fail",
@@ -226,6 +236,11 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "stored_cache",
     "action_protocol",
     "choose_backend",
+    "approval_allowed",
+    "approval_fingerprint",
+    "mcp_hub",
+    "McpHub",
+    "mcp_rule_name",
     "plural",
     "Shard",
     "parse_shard",
@@ -269,6 +284,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon import rules
+    from daemon.approvals import approval_allowed, approval_fingerprint
     from daemon.backends import tokens
     from daemon.backends.capabilities import Capabilities, stored_cache
     from daemon.backends.choice import choose_backend
@@ -286,7 +302,7 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.home import PRIVATE_FILES, default_home
     from daemon.hookspecs import hookimpl
     from daemon.http.app import decode_text, read_body, read_json, session_name
-    from daemon.http.guard import token_presented
+    from daemon.http.guard import owner_only, token_presented
     from daemon.http.server import (
         backend_state,
         check_policy,
@@ -296,6 +312,7 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     )
     from daemon.http.turn import TurnReply, working_directory
     from daemon.lazy import lazy_command
+    from daemon.mcpclient import McpHub, mcp_hub, mcp_rule_name
     from daemon.memory import Memory, project_memory
     from daemon.modes import Context, Mode, record_turn
     from daemon.paths import allowed_http_path, refuse_overwrite, write_atomic

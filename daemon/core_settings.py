@@ -140,6 +140,35 @@ SANDBOX_SETTINGS = [
 ]
 
 
+# MCP servers are configured in LMD_HOME/mcp.json (daemon/mcpconfig.py); these bound them.
+MCP_SETTINGS = [
+    Setting(
+        "mcp_start_timeout_secs",
+        20.0,
+        "float",
+        "Seconds an MCP server may take to start and list its tools.",
+        min=0.5,
+        max=600,
+    ),
+    Setting(
+        "mcp_call_timeout_secs",
+        30.0,
+        "float",
+        "Seconds one MCP tool call may take before its server is stopped.",
+        min=0.5,
+        max=86400,
+    ),
+    Setting(
+        "mcp_max_tools",
+        32,
+        "int",
+        "Most tools of one MCP server offered to the model (the first ones it lists).",
+        min=1,
+        max=500,
+    ),
+]
+
+
 def _check_origins(value: object) -> str | None:
     """A list of exact web origins: scheme://host[:port], nothing after."""
     if not isinstance(value, list) or not all(isinstance(o, str) for o in value):
@@ -316,6 +345,7 @@ CORE_SETTINGS = [
         min=0.1,
     ),
     *SANDBOX_SETTINGS,
+    *MCP_SETTINGS,
     Setting(
         "project_memory_files",
         ["AGENTS.md"],

@@ -24,7 +24,8 @@ TOKEN_NAME = "token"
 # What an Authorization header can carry as a bearer token (RFC 6750's token68, plus "~").
 TOKEN_SHAPE = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 MIN_TOKEN_LENGTH = 16
-PRIVATE_FILES = ("lmd.db", "lmd.db-wal", "lmd.db-shm", "lmd.db-journal", TOKEN_NAME)
+# mcp.json: the MCP servers' headers and environment often hold secrets
+PRIVATE_FILES = ("lmd.db", "lmd.db-wal", "lmd.db-shm", "lmd.db-journal", TOKEN_NAME, "mcp.json")
 
 
 def default_home() -> Path:

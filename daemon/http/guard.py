@@ -25,13 +25,16 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from daemon.approvals import REQUEST_AGENT
+
 log = logging.getLogger("lmd.guard")
 
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 LOOPBACK_ORIGIN_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 OPEN_PATHS = {"/healthz"}
 
-# "token" (the request presented the daemon's token), "peer" (the kernel vouched for it) or
+# "token" (the request presented the daemon's token), "peer" (the kernel vouched for it),
+# "agent" (the token, but marked X-Lmd-Agent: a model's words relayed, see daemon.approvals) or
 # None (not an HTTP request: the CLI, a test calling a function).
 REQUEST_AUTH: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "lmd_request_auth", default=None
@@ -93,7 +96,7 @@ class Guard:
             return await send({"type": "websocket.close", "code": 1008})
         if scope["type"] != "http":  # lifespan
             return await self.app(scope, receive, send)
-        host = auth = site = None
+        host = auth = site = agent = approve = None
         origins: list[str] = []
         for key, value in scope["headers"]:
             if key == b"host":
@@ -106,6 +109,10 @@ class Guard:
                 origins.append(value.decode("latin-1"))
             elif key == b"sec-fetch-site":
                 site = value
+            elif key == b"x-lmd-agent":
+                agent = value
+            elif key == b"x-lmd-approve":
+                approve = value.decode("latin-1").strip()
         if self.loopback_only and _host_name(host or "") not in LOOPBACK_HOSTS:
             return await refuse(scope, send, 403, NOT_LOCAL)
         path = scope["path"]
@@ -130,10 +137,15 @@ class Guard:
             else:
                 sentence = NEEDS_OWNER if self.peer_check is not None else NEEDS_TOKEN
                 return await refuse(scope, send, 401, sentence)
+        if agent is not None and how == "token":
+            # A model's words relayed (lmd mcp serve): never the token's rights
+            how = "agent"
         mark = REQUEST_AUTH.set(how)
+        agent_mark = REQUEST_AGENT.set(None if agent is None else (approve or ""))
         try:
             await self.app(scope, receive, send)
         finally:
+            REQUEST_AGENT.reset(agent_mark)
             REQUEST_AUTH.reset(mark)
 
     def origin_allowed(self, origin: str, scope: dict, host: str | None) -> bool:
@@ -246,3 +258,19 @@ def with_cors(send: Any, origin: str) -> Any:
         await send(message)
 
     return send_with_cors
+
+
+def owner_only(app: Any, home: Any) -> Any:
+    """`app` behind the daemon's owner check, for a server beside the daemon on loopback
+    (`lmd mcp serve --http`): the token in LMD_HOME/token (or LMD_TOKEN), or on Linux the
+    kernel's word that the client runs as the same user."""
+    from pathlib import Path
+
+    from daemon.home import read_token_file, token_path
+    from daemon.http.peer import supported
+
+    token = os.environ.get("LMD_TOKEN", "").strip() or None
+    path = token_path(Path(home))
+    if token is None and path.exists():
+        token = read_token_file(path)
+    return Guard(app, None, token, True, same_user if supported() else None)

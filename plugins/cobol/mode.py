@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-from daemon.api import Context
+from daemon.api import Context, approval_allowed
 
 from . import focus, patches
 from .compiling import (
@@ -32,6 +32,15 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
     ctx.state.pop("pending", None)
     if pending:
         answer = yes_or_no(text)
+        if answer is True and not approval_allowed(pending):
+            # a client relaying a model's words (lmd mcp serve) cannot say the user's yes
+            ctx.session.pending = ctx.extra["pending"] = pending
+            ctx.state["pending"] = pending
+            yield (
+                "This change waits for the user's own yes: say yes to lmd itself (lmd say "
+                "yes, or by voice). A client's model cannot approve it."
+            )
+            return
         if answer is None:
             yield _declined(pending) + " "
         else:

@@ -56,16 +56,28 @@ STRUCTURED_FORMATS = {
 }
 
 
-def system_prompt(system: str, cwd: str, protocol: str = "text") -> str:
+def system_prompt(system: str, cwd: str, protocol: str = "text", tools: list = ()) -> str:
     """The system message: the OS named by the `system` setting, the working directory, and
-    how to answer in `protocol` (text, tools or schema)."""
+    how to answer in `protocol` (text, tools or schema); `tools` are the MCP servers' tools
+    (the tools protocol sends them as functions, the others describe them here)."""
     text = PROMPT_FILE.read_text(encoding="utf-8").format(system=system, cwd=cwd)
     if protocol not in STRUCTURED_FORMATS:
+        if tools:
+            head, rules = text.split("Rules:", 1)
+            text = head.rstrip("\n") + "\n" + tools_text(tools) + TEXT_TOOL_FORMAT
+            text += "\nRules:" + rules
         return text
     head, rest = text.split("Work in steps.", 1)
     rules = rest[rest.index("Rules:") :]
     rules = "\n".join(line for line in rules.splitlines() if "```bash" not in line)
-    return head + STRUCTURED_FORMATS[protocol] + "\n" + rules + "\n"
+    extra = ""
+    if tools and protocol == "schema":
+        extra = tools_text(tools) + SCHEMA_TOOL_FORMAT
+    elif tools:
+        extra = (
+            "\nThe other tools come from MCP servers the user configured; call them the same way.\n"
+        )
+    return head + STRUCTURED_FORMATS[protocol] + extra + "\n" + rules + "\n"
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,7 @@ class Step:
     command: str | None = None
     final: str | None = None
     correction: str | None = None
+    tool: tuple[str, dict] | None = None  # an MCP tool's offered name and its arguments
 
 
 def parse_reply(text: str) -> Step:
@@ -90,6 +103,8 @@ def parse_reply(text: str) -> Step:
     if len(blocks) > 1:
         return Step(correction=MANY_BLOCKS.format(n=len(blocks)))
     lang = fenced[0][0].lower()
+    if lang == "tool":
+        return tool_step(blocks[0])
     if lang not in SHELL_FENCES:
         return Step(correction=OTHER_LANGUAGE.format(lang=lang))
     lines = [ln[2:] if ln.startswith("$ ") else ln for ln in blocks[0].strip().splitlines()]
@@ -99,6 +114,52 @@ def parse_reply(text: str) -> Step:
     if _SUDO.search(command):
         return Step(correction=SUDO)
     return Step(command=command)
+
+
+TOOL_BLOCK = (
+    'Format help: a ```tool block holds one JSON object: {"tool": "the tool\'s name", '
+    '"arguments": {...}}.'
+)
+
+
+def tool_step(body: str) -> Step:
+    """The Step of a ```tool block (the text protocol's way to call an MCP tool)."""
+    import json
+
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("tool"), str)
+        or not isinstance(data.get("arguments", {}), dict)
+    ):
+        return Step(correction=TOOL_BLOCK)
+    return Step(tool=(data["tool"], data.get("arguments", {})))
+
+
+def tools_text(tools: list) -> str:
+    """The MCP tools described for the text and schema protocols (the tools protocol sends
+    them as functions)."""
+    import json
+
+    lines = ["", "Besides bash you may call these tools (each reply still does one thing):"]
+    for t in tools:
+        args = json.dumps(t.schema.get("properties", {}), ensure_ascii=False)[:600]
+        lines.append(f"- {t.exposed}: {t.description} Arguments: {args}")
+    return "\n".join(lines) + "\n"
+
+
+TEXT_TOOL_FORMAT = (
+    "To call one of them, instead of a ```bash block give:\n"
+    "Action:\n```tool\n"
+    '{"tool": "the tool\'s name", "arguments": {"name": "value"}}\n```\n'
+)
+SCHEMA_TOOL_FORMAT = (
+    "To call one of them, set action to the tool's name and text to its arguments as a JSON "
+    "object.\n"
+)
 
 
 def speakable(text: str) -> str:

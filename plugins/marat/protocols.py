@@ -74,6 +74,7 @@ TOOL_TEXT = (
 )
 TOOL_MANY = "Format help: you called {n} tools at once. Call one tool per reply."
 TOOL_UNKNOWN = "Format help: there is no tool called {name!r}; call bash or final."
+TOOL_OBJECT = "Format help: the {name} tool's arguments were not a JSON object."
 TOOL_ARGS = "Format help: the {name} tool's arguments were not a JSON object with {field!r}."
 SCHEMA_BAD = (
     'Format help: reply with one JSON object: {"thought": ..., "action": "bash" or "final", '
@@ -90,19 +91,24 @@ class Asked:
     meta: dict
 
 
-async def ask(ctx: Context, messages: list[dict], protocol: str, limit: dict) -> Asked:
-    """The model's next step in `protocol` (tools, schema or text)."""
+async def ask(
+    ctx: Context, messages: list[dict], protocol: str, limit: dict, tools: list = ()
+) -> Asked:
+    """The model's next step in `protocol` (tools, schema or text); `tools` are the MCP
+    servers' tools on offer beside bash and final."""
     if protocol == "tools":
-        return await _tools(ctx, messages, limit)
+        return await _tools(ctx, messages, limit, tools)
     if protocol == "schema":
-        return await _schema(ctx, messages, limit)
+        return await _schema(ctx, messages, limit, tools)
     # Stopping at "Observation:" keeps the model from inventing a command's output.
     text = await ctx.llm.chat(messages, stop=["\nObservation:"], **limit)
     return Asked(prompt.parse_reply(text), text, {"marat": "thought"})
 
 
-async def _tools(ctx: Context, messages: list[dict], limit: dict) -> Asked:
-    response = await ctx.llm.complete(messages, tools=TOOLS, tool_choice="auto", **limit)
+async def _tools(ctx: Context, messages: list[dict], limit: dict, tools: list = ()) -> Asked:
+    offered = TOOLS + [t.function() for t in tools]
+    mcp_names = {t.exposed for t in tools}
+    response = await ctx.llm.complete(messages, tools=offered, tool_choice="auto", **limit)
     message = response.choices[0].message if response.choices else None
     calls = list(getattr(message, "tool_calls", None) or [])
     said = (getattr(message, "content", None) or "").strip()
@@ -115,13 +121,20 @@ async def _tools(ctx: Context, messages: list[dict], limit: dict) -> Asked:
     call = calls[0]
     name, raw = call.function.name, call.function.arguments or ""
     stored = json.dumps(_call_json(call))
-    if name not in TOOL_NAMES:
+    if name not in TOOL_NAMES and name not in mcp_names:
         return Asked(Step(correction=TOOL_UNKNOWN.format(name=name)), stored, meta)
-    field = "command" if name == "bash" else "answer"
     try:
-        args = json.loads(raw)
+        args = json.loads(raw) if raw.strip() else {}
     except ValueError:
         args = None
+    if name in mcp_names:
+        if not isinstance(args, dict):
+            return Asked(Step(correction=TOOL_OBJECT.format(name=name)), stored, meta)
+        meta["tool_call"] = {"id": call.id, "name": name, "arguments": raw}
+        if said:
+            meta["thought"] = said
+        return Asked(Step(tool=(name, args)), stored, meta)
+    field = "command" if name == "bash" else "answer"
     value = args.get(field) if isinstance(args, dict) else None
     if not isinstance(value, str):
         return Asked(Step(correction=TOOL_ARGS.format(name=name, field=field)), stored, meta)
@@ -131,9 +144,21 @@ async def _tools(ctx: Context, messages: list[dict], limit: dict) -> Asked:
     return Asked(_step(name, value), stored, meta)
 
 
-async def _schema(ctx: Context, messages: list[dict], limit: dict) -> Asked:
+def step_schema(tools: list = ()) -> dict:
+    """STEP_SCHEMA, with the MCP tools' names as more actions (text: their JSON arguments)."""
+    if not tools:
+        return STEP_SCHEMA
+    action = {"enum": ["bash", "final", *(t.exposed for t in tools)]}
+    text = {"type": "string", "minLength": 1, "maxLength": 2000}
+    return {
+        **STEP_SCHEMA,
+        "properties": {**STEP_SCHEMA["properties"], "action": action, "text": text},
+    }
+
+
+async def _schema(ctx: Context, messages: list[dict], limit: dict, tools: list = ()) -> Asked:
     caps = await ctx.llm.capabilities()
-    fmt = caps.response_format("marat_step", STEP_SCHEMA) or {"type": "json_object"}
+    fmt = caps.response_format("marat_step", step_schema(tools)) or {"type": "json_object"}
     if limit:  # room for the whole bounded object (escapes count double: some 300 tokens)
         limit = {"max_tokens": max(limit["max_tokens"], 512)}
     text = await ctx.llm.chat(messages, response_format=fmt, **limit)
@@ -143,6 +168,16 @@ async def _schema(ctx: Context, messages: list[dict], limit: dict) -> Asked:
     except ValueError:
         data = None
     meta = {"marat": "thought"}
+    mcp_names = {t.exposed for t in tools}
+    if isinstance(data, dict) and data.get("action") in mcp_names:
+        raw = data.get("text")
+        try:
+            args = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
+        except ValueError:
+            args = None
+        if not isinstance(args, dict):
+            return Asked(Step(correction=TOOL_OBJECT.format(name=data["action"])), text, meta)
+        return Asked(Step(tool=(data["action"], args)), text, meta)
     if (
         not isinstance(data, dict)
         or data.get("action") not in ("bash", "final")

@@ -14,6 +14,7 @@ import pytest
 from tests.daemons import ROOT, lmd_in_process
 
 HEAVY = ("openai", "tiktoken", "numpy", "starlette", "hypercorn", "httpx", "llama_cpp", "mcp")
+HEAVY += ("mcp_types",)
 
 
 @pytest.fixture
@@ -154,7 +155,7 @@ def test_help_lists_plugin_commands_without_importing_them():
     get_plugin_manager().hook.register_commands(cli=group)
     lazies = [(n, c) for g in (group, history) for n, c in g.commands.items()]
     lazies = [(n, c) for n, c in lazies if isinstance(c, LazyCommand)]
-    assert {n for n, _ in lazies} >= {"elo", "selectit", "score", "sql", "commands"}
+    assert {n for n, _ in lazies} >= {"elo", "selectit", "score", "sql", "commands", "mcp"}
     for name, lazy in lazies:
         real = lazy.load()
         assert real.name == name, name
