@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -785,10 +786,12 @@ def bwrap_args(
     policy: Policy,
     features: frozenset[str] | set[str] = frozenset(),
     seccomp_fd: int | None = None,
-    empty_fd: int | None = None,
+    empty_fd: Callable[[], int] | None = None,
     unprivileged: bool = False,
 ) -> list[str]:
     """bwrap's options for `policy` (mount order matters: later mounts cover earlier ones).
+    `empty_fd` gives a new descriptor that reads as an empty file, one per hidden file (bwrap
+    reads and closes each; a shared one failed every command once two files were hidden).
     `unprivileged`: bwrap runs as ROOT_RUNS_AS (lmd is root), and sees only what others may."""
     a = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for part in READ_ONLY_PROC:
@@ -822,7 +825,7 @@ def bwrap_args(
         elif os.path.lexists(secret) and not os.path.islink(secret):
             # An empty file, so a program reading its config (wget and ~/.netrc) still runs.
             if empty_fd is not None:
-                a += ["--ro-bind-data", str(empty_fd), secret]
+                a += ["--ro-bind-data", str(empty_fd()), secret]
             else:
                 a += ["--ro-bind", "/dev/null", secret]  # unreadable on a nodev mount
     a += ["--chdir", policy.cwd]
@@ -861,13 +864,14 @@ def _prepare_bwrap(policy: Policy, argv: list[str], found: Availability) -> Prep
         fds.append(read)
         seccomp_fd = read
     empty_fd = None
-    if "--ro-bind-data" in found.features and any(
-        os.path.lexists(p) and not os.path.isdir(p) for p in policy.hidden
-    ):
-        read, write = os.pipe()  # closed at once: every read gives an empty file
-        os.close(write)
-        fds.append(read)
-        empty_fd = read
+    if "--ro-bind-data" in found.features:
+
+        def empty_fd() -> int:
+            read, write = os.pipe()  # closed at once: reading gives an empty file
+            os.close(write)
+            fds.append(read)
+            return read
+
     bwrap = found.binary or "bwrap"
     args = bwrap_args(policy, found.features, seccomp_fd, empty_fd, bool(found.setpriv))
     if argv and "/" not in argv[0]:

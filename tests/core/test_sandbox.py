@@ -68,9 +68,19 @@ def test_bwrap_args_read_only(tmp_path):
     assert a[i - 1] == "--tmpfs" and a[i + 1 : i + 3] == ["--remount-ro", str(secret_dir)]
     j = a.index(str(secret_file))
     assert a[j - 2 : j] == ["--ro-bind", "/dev/null"]  # an old bwrap: unreadable
-    with_data = sandbox.bwrap_args(pol, empty_fd=9)
+    given = iter(range(9, 100))
+    with_data = sandbox.bwrap_args(pol, empty_fd=lambda: next(given))
     j = with_data.index(str(secret_file))
     assert with_data[j - 2 : j] == ["--ro-bind-data", "9"]  # an empty file
+    # bwrap reads and closes each descriptor: every hidden file needs its own
+    other = tmp_path / ".pgpass"
+    other.write_text("x\n")
+    given = iter(range(9, 100))
+    two = sandbox.bwrap_args(
+        policy(tmp_path, hidden=(str(secret_file), str(other))), empty_fd=lambda: next(given)
+    )
+    fds = [two[k + 1] for k, word in enumerate(two) if word == "--ro-bind-data"]
+    assert fds == ["9", "10"]
     assert "--bind" not in a  # nothing writable at read-only
     # pytest's tmp_path lives in /tmp: its top directory comes back read-only over the tmpfs
     top = "/" + "/".join(Path(os.path.realpath(tmp_path)).parts[1:3])
