@@ -298,39 +298,26 @@ def test_a_relayed_models_request_has_none_of_the_tokens_rights(make_client):
 
 
 def test_a_rule_lets_a_tool_run_without_a_question_and_forbid_refuses(
-    marat, tools_backend, tmp_path, monkeypatch
+    marat, tools_backend, tmp_path, home
 ):
-    """The wiring to daemon.rules (another branch: its `decide` contract, stood in here until
-    it lands): allow runs the tool at once, audited with the rule; forbid never runs it."""
-    import types
-    from dataclasses import dataclass
+    """The user's rules for MCP tools (mcp:SERVER:TOOL): an allow runs the tool at once,
+    audited with the rule; a forbid never runs it, and the model is told."""
+    from daemon.rules import add_rule
+    from daemon.store import Store
 
-    @dataclass
-    class Decision:
-        decision: str
-        rule_id: int
-        sandbox_level: str = "workspace-write"
-        text: str = ""
-
-    asked: list[dict] = []
-
-    def decide(db, *, cwd, session, command=None, tool=None):
-        asked.append({"tool": tool, "session": session})
-        if tool == "mcp:t:write_note":
-            return Decision("allow", 7, text="always for mcp:t:write_note")
-        if tool == "mcp:t:crash":
-            return Decision("forbid", 8)
-        return None
-
-    monkeypatch.setitem(sys.modules, "daemon.rules", types.SimpleNamespace(decide=decide))
+    store = Store(home / "lmd.db")
+    store.migrate()
+    allow, _ = add_rule(store, "allow", "mcp:t:write_note", origin="cli")
+    forbid, _ = add_rule(store, "forbid", "mcp:t:crash", origin="cli")
+    store.close()
     client = marat()
     tools_backend.queue(call("mcp__t__write_note", line="ruled"), call("mcp__t__crash"), FINAL)
     assert post(client, "marat take a note")["reply"] == "Done."
     assert (tmp_path / "notes.log").read_text() == "ruled\n"
-    assert [a["tool"] for a in asked] == ["mcp:t:write_note", "mcp:t:crash"]
     told = json.dumps(tools_backend.chat_requests[-1]["messages"])
     assert "noted: ruled" in told and "the user's rules forbid this tool" in told
     rows = client.get("/marat/commands?session=b").json()["commands"]
     assert [(r["command"], r["approval"], r["answer"]) for r in rows] == [
-        ('mcp:t:write_note {"line": "ruled"}', "rule", "rule 7: always for mcp:t:write_note")
+        ('mcp:t:write_note {"line": "ruled"}', "rule", f"rule {allow.id}: {allow.sentence()}")
     ]
+    assert forbid.decision == "forbid" and forbid.id != allow.id
