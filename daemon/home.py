@@ -130,6 +130,17 @@ def register_home(*paths: Path | str) -> None:
         if not new:
             return
         reg.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        gone = [p for p in known if not os.path.lexists(p)]
+        if gone:
+            # Homes since deleted (a test run's, a moved one) leave: the list would only grow,
+            # and every sandboxed command looks at each entry.
+            kept = [p for p in known_homes() if p not in gone] + new
+            tmp = reg.with_name(f".{reg.name}.{os.getpid()}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write("".join(p + "\n" for p in kept))
+            os.replace(tmp, reg)
+            return
         fd = os.open(reg, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write("".join(p + "\n" for p in new))

@@ -67,3 +67,17 @@ def test_histories_other_homes_and_token_files_are_hidden(tmp_path, monkeypatch)
     assert base64.b64encode(KEY.encode()).decode()[:20] not in out
     # and they are still there for the user
     assert all(path.read_text() == text for path, text in secrets.items())
+
+
+def test_the_registry_of_homes_forgets_deleted_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    register_home(first)
+    assert known_homes() == [str(first.resolve())]
+    first.rmdir()
+    register_home(second)
+    assert known_homes() == [str(second.resolve())]
+    mode = (tmp_path / "state" / "lmd" / "homes").stat().st_mode & 0o777
+    assert mode == 0o600
