@@ -321,7 +321,10 @@ def test_the_elobench_flow_with_every_layout(tmp_path, home, backend, monkeypatc
     r = lmd(home, "elo", "judge", str(seed_pairs), "--qa", str(seed_qa), "-o", str(judged))
     assert r.exit_code == 0, r.output
     out = read_csv(judged)
-    assert list(out[0]) == ALL_COLUMNS
+    # the seed's columns, then the second order's verdict (both orders are judged by default)
+    both = ["winner_ab", "winner_ba", "gpt_4_response_ba", "gpt_4_justification_ba"]
+    assert list(out[0])[: len(ALL_COLUMNS)] == ALL_COLUMNS
+    assert sorted(list(out[0])[len(ALL_COLUMNS) :]) == sorted(both)
     wedding, today = out
     assert (wedding["winner"], wedding["is_valid"]) == ("tie (bothbad)", "true")
     assert wedding["gpt_4_justification"].startswith("Both models have simply repeated")

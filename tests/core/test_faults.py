@@ -294,7 +294,7 @@ def test_disk_full_on_a_real_small_tmpfs(tmp_path, backend):
     from daemon.http.app import create_app
 
     mnt = tmp_path / "small"
-    if not _mount_tmpfs(mnt, "1m"):
+    if not _mount_tmpfs(mnt, "4m"):  # the database and its WAL need some 1.5 MB to start
         pytest.skip("cannot mount a tmpfs here (not root); the simulated disk-full test covers it")
     try:
         home = mnt / "home"
