@@ -67,6 +67,17 @@ def without_non_answers(text: str) -> str:
     return _NEGATED.sub(_GONE, text)
 
 
+def _is_json(text: str) -> bool:
+    """Whether `text` is one JSON value (a reply that merely starts with a brace is words)."""
+    import json
+
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _from_json(text: str) -> int | None:
     import json
 
@@ -95,7 +106,7 @@ def parse_score(reply: str) -> int | None:
     bare = text.strip(_DECORATION)
     if re.fullmatch(_NUMBER, bare):
         return _as_score(bare)
-    if text.startswith("{"):  # an answer constrained by a JSON schema: {"score": 7}
+    if text.startswith("{") and _is_json(text):  # constrained by a JSON schema: {"score": 7}
         return _from_json(text)
     text = without_non_answers(text)
     for pattern in (_SCORE_PHRASE, _OUT_OF_TEN):

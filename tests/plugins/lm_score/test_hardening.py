@@ -100,3 +100,10 @@ def test_lm_score_bench_csv_refuses_to_overwrite(tmp_path):
     assert r.returncode == 2
     assert "scores.csv already exists; give another --csv, or add --force" in r.stderr
     assert out.read_text() == "table,id\nold,1\n"
+
+
+def test_a_reply_that_only_starts_with_a_brace_is_read_as_words():
+    """Hypothesis found "{ Score: 0" read as no score: only real JSON takes the JSON path."""
+    assert parse_score("{ Score: 0") == 0
+    assert parse_score('{"score": 7}') == 7
+    assert parse_score('{"score": "seven"}') is None
