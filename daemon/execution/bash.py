@@ -154,11 +154,12 @@ def _word(node: Any) -> tuple[str, bool]:
     raise Unmodelled(kind)  # $x, ${x}, $(...), <(...), $'...', brace expansion...
 
 
-def _unescape(raw: str) -> str:
-    """Outside quotes a backslash keeps the next character as it is."""
+def _unescape(raw: str, only: str | None = None) -> str:
+    """Outside quotes a backslash keeps the next character as it is; inside double quotes
+    (`only` = the characters it escapes there) it escapes only those."""
     out, i = [], 0
     while i < len(raw):
-        if raw[i] == "\\" and i + 1 < len(raw):
+        if raw[i] == "\\" and i + 1 < len(raw) and (only is None or raw[i + 1] in only):
             out.append(raw[i + 1])
             i += 2
         else:
@@ -169,12 +170,4 @@ def _unescape(raw: str) -> str:
 
 def _unescape_double(raw: str) -> str:
     """Inside double quotes a backslash escapes only $ ` " \\ (and newline)."""
-    out, i = [], 0
-    while i < len(raw):
-        if raw[i] == "\\" and raw[i + 1 : i + 2] in ("$", "`", '"', "\\"):
-            out.append(raw[i + 1])
-            i += 2
-        else:
-            out.append(raw[i])
-            i += 1
-    return "".join(out)
+    return _unescape(raw, '$`"\\')
