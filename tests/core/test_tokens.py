@@ -10,11 +10,14 @@ from daemon.backends import tokens
 
 
 @pytest.fixture
-def fresh(monkeypatch):
+def fresh(monkeypatch, tmp_path):
     monkeypatch.setattr(tokens, "_encodings", {})
     monkeypatch.setattr(tokens, "_warned", False)
     monkeypatch.setattr(tokens, "_servers", {})
-    monkeypatch.setattr(tokens, "_marker", None)
+    # a home of its own: another test in this worker may have said the warning in the
+    # default home already, and then it is (rightly) only a debug line
+    monkeypatch.setattr(tokens, "_marker", tmp_path / "fresh-home" / tokens.WARNED_FILE)
+    (tmp_path / "fresh-home").mkdir()
 
 
 def byte_encoding() -> tiktoken.Encoding:
