@@ -10,8 +10,14 @@
 # (see docs/sandbox.md); `docker exec lmd lmd doctor` says which case you are in.
 
 FROM python:3.11-slim AS build
+# a C compiler for the online-Elo bootstrap's loop (plugins/elo/_online.c); the final image
+# gets only the built wheel
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md settings.sql ./
+COPY pyproject.toml setup.py README.md settings.sql ./
 COPY daemon ./daemon
 COPY plugins ./plugins
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .

@@ -15,7 +15,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml
+# _online.c: the editable install compiles it in place, so a change needs a reinstall
+$(STAMP): $(BIN)/python pyproject.toml plugins/elo/_online.c
 	$(BIN)/pip install -q -e .
 	touch $(STAMP)
 

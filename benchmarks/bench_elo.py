@@ -47,6 +47,7 @@ from plugins.elo.ratings import (  # noqa: E402
     bradley_terry,
     bradley_terry_logits,
     bt_bootstrap,
+    compiled_loop,
     online_elo,
     online_elo_bootstrap,
 )
@@ -278,11 +279,19 @@ def compare_fastchat(fc, battles: Battles, rows: list, r: int) -> None:
     mine = dict(zip(models, np.median(ours, axis=0), strict=True))
     gap = max(abs(float(theirs[m].median()) - mine[m]) for m in models)
     print(f"  online Elo bootstrap medians: largest difference {gap:.1f} points (resampling noise)")
+    theirs_time = best_of(lambda: fc.compute_bootstrap_elo(df, num_round=r), 1)
+    loop = "compiled loop" if compiled_loop() else "numpy loop: the C loop was not built"
     show(
-        f"  online Elo bootstrap, {r} rounds (target >= 5x)",
+        f"  online Elo bootstrap, {r} rounds ({loop}; target >= 5x)",
         best_of(lambda: online_elo_bootstrap(battles, r, seed=1), 3),
         None,
-        best_of(lambda: fc.compute_bootstrap_elo(df, num_round=r), 1),
+        theirs_time,
+    )
+    show(
+        f"  online Elo bootstrap, {r} rounds (numpy loop, for an install without a compiler)",
+        best_of(lambda: online_elo_bootstrap(battles, r, seed=1, compiled=False), 3),
+        None,
+        theirs_time,
     )
 
     counts = style_counts_for(battles)

@@ -20,6 +20,7 @@ from plugins.elo.ratings import (
     bradley_terry,
     bt_bootstrap,
     bt_gradient,
+    compiled_loop,
     matrices,
     normalise_winner,
     online_elo,
@@ -248,7 +249,95 @@ def test_online_bootstrap_chunks_are_one_side_by_side_run():
     orders = np.concatenate([rng.integers(0, 300, size=(k, rounds), dtype=np.int32) for k in sizes])
     state = online_elo_rounds(b, orders)
     want = 1000 + state.reshape(rounds, 5).astype(np.float64) / (math.log(10) / 400 / 2)
-    assert np.array_equal(online_elo_bootstrap(b, rounds, seed=11), want)
+    assert np.array_equal(online_elo_bootstrap(b, rounds, seed=11, compiled=False), want)
+
+
+# -- the compiled loop (plugins/elo/_online.c) ----------------------------------------------
+MASK = 2**64 - 1
+
+
+def splitmix64(state: int) -> tuple[int, int]:
+    state = (state + 0x9E3779B97F4A7C15) & MASK
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+    return state, z ^ (z >> 31)
+
+
+def lemire_below(state: int, n: int) -> tuple[int, int]:
+    """Lemire's exact bounded draw, written from the paper, to check the C one against."""
+    state, x = splitmix64(state)
+    m = x * n
+    if m & MASK < n:
+        threshold = (2**64 - n) % n
+        while m & MASK < threshold:
+            state, x = splitmix64(state)
+            m = x * n
+    return state, m >> 64
+
+
+def test_make_test_runs_with_the_compiled_loop_built():
+    # the install builds it (optional only for machines without a C compiler)
+    assert compiled_loop() is not None
+
+
+def test_the_compiled_bootstrap_is_online_elo_on_its_own_draws():
+    b = synthetic(300, 5, seed=2)
+    got = online_elo_bootstrap(b, 3, seed=5)
+    seeds = np.random.default_rng(5).integers(0, 2**64, size=3, dtype=np.uint64)
+    for r, seed in enumerate(seeds.tolist()):
+        state, picks = seed, []
+        for _ in range(len(b)):
+            state, k = lemire_below(state, len(b))
+            picks.append(k)
+        sample = Battles(b.models, b.a[picks], b.b[picks], b.s[picks])
+        assert got[r] == pytest.approx(online_elo(sample), abs=0.05)  # float32 inside
+
+
+def test_the_compiled_and_numpy_loops_give_the_same_statistic():
+    b = synthetic(3000, 6, seed=4)
+    fast = summarise(online_elo_bootstrap(b, 400, seed=1), b.models)
+    slow = summarise(online_elo_bootstrap(b, 400, seed=1, compiled=False), b.models)
+    for m in b.models:
+        width = slow.ci[m][1] - slow.ci[m][0]
+        assert fast.median[m] == pytest.approx(slow.median[m], abs=0.15 * width)
+        assert fast.ci[m][1] - fast.ci[m][0] == pytest.approx(width, rel=0.2)
+    assert fast.rank == slow.rank
+
+
+def test_the_compiled_loop_refuses_bad_arrays_instead_of_writing_out_of_bounds():
+    fast = compiled_loop()
+    state = np.zeros(2 * 3, dtype=np.float32)
+    a, b = np.array([0, 1], dtype=np.int32), np.array([1, 3], dtype=np.int32)
+    s = np.ones(2, dtype=np.float32)
+    seeds = np.arange(2, dtype=np.uint64)
+    with pytest.raises(IndexError, match="out of range"):
+        fast.bootstrap(state, a, b, s, seeds, 0.01, 3)
+    with pytest.raises(ValueError, match="mismatched"):
+        fast.bootstrap(state, a, b[:1], s, seeds, 0.01, 3)
+    with pytest.raises(ValueError, match="mismatched"):
+        fast.bootstrap(np.zeros(5, dtype=np.float32), a, a, s, seeds, 0.01, 3)
+    with pytest.raises(TypeError, match="'f'"):
+        fast.bootstrap(state.astype(np.float64), a, a, s, seeds, 0.01, 3)
+    with pytest.raises(ValueError, match="read-only"):
+        ro = state.copy()
+        ro.setflags(write=False)
+        fast.bootstrap(ro, a, a, s, seeds, 0.01, 3)
+    assert not state.any()  # nothing was written by any refused call
+    # no battles, or no rounds: nothing to do, nothing written
+    fast.bootstrap(np.zeros(0, dtype=np.float32), a, a, s, seeds[:0], 0.01, 3)
+    empty = np.zeros(0, dtype=np.int32)
+    fast.bootstrap(state, empty, empty, s[:0], seeds, 0.01, 3)
+    assert not state.any()
+
+
+def test_asking_for_the_compiled_loop_where_it_was_not_built_says_so(monkeypatch):
+    import plugins.elo.ratings as ratings
+
+    monkeypatch.setattr(ratings, "compiled_loop", lambda: None)
+    with pytest.raises(RuntimeError, match="not built"):
+        online_elo_bootstrap(synthetic(50, 3), 2, compiled=True)
+    assert online_elo_bootstrap(synthetic(50, 3), 2).shape == (2, 3)  # numpy loop instead
 
 
 def test_side_by_side_rounds_refuse_orders_outside_the_battles():
