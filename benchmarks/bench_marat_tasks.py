@@ -291,8 +291,9 @@ def post(url: str, text: str, session: str, cwd: Path | None) -> dict:
         return {"reply": e.read().decode("utf-8", "replace"), "pending": None}
 
 
-def session_stats(home: Path, session: str) -> tuple[str, int, list[str]]:
-    """(the session's directory, model turns, the format corrections sent)."""
+def session_stats(home: Path, session: str) -> tuple[str, int, list[str], list[str]]:
+    """(the session's directory, model turns, the format corrections sent, the refusals
+    sent: a well-formed step asking for what marat never does, such as sudo)."""
     import sqlite3
 
     conn = sqlite3.connect(home / "lmd.db")
@@ -305,12 +306,14 @@ def session_stats(home: Path, session: str) -> tuple[str, int, list[str]]:
         conn.close()
     turns = sum('"thought"' in (meta or "") for _, meta in rows)
     helps = [content for content, _ in rows if content.startswith("Format help")]
-    return (cwd[0] if cwd else "") or "", turns, helps
+    refusals = [content for content, _ in rows if content.startswith("Refused:")]
+    return (cwd[0] if cwd else "") or "", turns, helps, refusals
 
 
 def run(url: str, home: Path, tasks: list[Task], label: str, stand_in=None) -> dict:
     ok, calls, secs, turns_all, failed = 0, [], [], 0, []
     helps_all: list[str] = []
+    refusals_all: list[str] = []
     for i, task in enumerate(tasks):
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp) / "work"
@@ -330,10 +333,11 @@ def run(url: str, home: Path, tasks: list[Task], label: str, stand_in=None) -> d
                     break
                 body = post(url, "yes", session, None)
             secs.append(time.monotonic() - t)
-            cwd, turns, helps = session_stats(home, session)
+            cwd, turns, helps, refusals = session_stats(home, session)
             calls.append(turns)
             turns_all += turns
             helps_all += helps
+            refusals_all += refusals
             done = bool(task.check(d, body.get("reply") or "", cwd))
             ok += done
             if not done:
@@ -347,6 +351,7 @@ def run(url: str, home: Path, tasks: list[Task], label: str, stand_in=None) -> d
         "secs_per_task": statistics.mean(secs),
         "format_error_share": len(helps_all) / turns_all if turns_all else 0.0,
         "format_errors": sorted(set(h[:70] for h in helps_all)),
+        "refused_share": len(refusals_all) / turns_all if turns_all else 0.0,
         "failed": failed,
     }
 
@@ -407,7 +412,8 @@ def main() -> None:
                 print(
                     f"{r['label']}: {r['tasks']} tasks, success {r['success']:.0%}, "
                     f"{r['calls_per_task']:.1f} model calls and {r['secs_per_task']:.1f} s per "
-                    f"task, {r['format_error_share']:.0%} of model turns lost to format errors"
+                    f"task, {r['format_error_share']:.0%} of model turns lost to format errors, "
+                    f"{r['refused_share']:.0%} refused (well formed, never allowed: sudo)"
                 )
                 if r["format_errors"]:
                     print("   format errors:", " | ".join(r["format_errors"][:4]))

@@ -26,7 +26,9 @@ BOTH = (
     "Format help: your reply had both an Action and a Final Thought. Give the Action alone and "
     "wait for its Observation, or give only the Final Thought."
 )
-SUDO = "Format help: never use sudo. Find a way without it, or say so in a Final Thought."
+# Not a format error (the step was well formed): a refusal, counted apart by the benchmark.
+SUDO = "Refused: never use sudo. Find a way without it, or say so in a Final Thought."
+SUDO_STRUCTURED = "Refused: never use sudo. Find a way without it, or say so with final."
 EMPTY = "Format help: your ```bash block was empty. Put one command in it."
 OTHER_LANGUAGE = (
     "Format help: your code block was {lang}, not bash; I only run bash. Give one ```bash "

@@ -76,6 +76,7 @@ TOOL_MANY = "Format help: you called {n} tools at once. Call one tool per reply.
 TOOL_UNKNOWN = "Format help: there is no tool called {name!r}; call bash or final."
 TOOL_OBJECT = "Format help: the {name} tool's arguments were not a JSON object."
 TOOL_ARGS = "Format help: the {name} tool's arguments were not a JSON object with {field!r}."
+EMPTY_COMMAND = "Format help: the bash command was empty. Give one command, or your final answer."
 SCHEMA_BAD = (
     'Format help: reply with one JSON object: {"thought": ..., "action": "bash" or "final", '
     '"text": the command, or your answer}.'
@@ -195,9 +196,9 @@ def _step(action: str, value: str) -> Step:
         return Step(final=prompt.speakable(value))
     command = value.strip()
     if not command:
-        return Step(correction=prompt.EMPTY)
+        return Step(correction=EMPTY_COMMAND)
     if prompt.SUDO_RE.search(command):
-        return Step(correction=prompt.SUDO)
+        return Step(correction=prompt.SUDO_STRUCTURED)
     return Step(command=command)
 
 

@@ -280,9 +280,12 @@ def test_format_help_is_decorative_then_worthless_and_karma_after_task(marat, ba
     assert kinds[0] == ("user", "contextual")  # the instruction
     assert kinds[-1] == ("assistant", "contextual")  # the final reply
     middle = rows[1:-1]
-    helps = [r for r in middle if r["content"].startswith("Format help")]
+    # a sudo refusal is not a format error (the step was well formed) but is handled as one
+    corrective = ("Format help", "Refused:")
+    helps = [r for r in middle if r["content"].startswith(corrective)]
     assert len(helps) == 3 and all(r["kind"] == "none" and r["karma"] == 0 for r in helps)
-    loop = [r for r in middle if not r["content"].startswith("Format help")]
+    assert [r["content"].split(":")[0] for r in helps] == ["Format help", "Refused", "Format help"]
+    loop = [r for r in middle if not r["content"].startswith(corrective)]
     assert len(loop) == 6  # five model turns and one observation
     assert all(r["kind"] == "decorative" and r["karma"] == 500 for r in loop)
     # The next task's context holds the finished task's instruction and answer; the worthless
@@ -291,7 +294,7 @@ def test_format_help_is_decorative_then_worthless_and_karma_after_task(marat, ba
     say(marat, "marat anything else")
     sent = messages_text(backend.chat_requests[-1])
     assert "what files are here" in sent and "Your files are notes.txt" in sent
-    assert "Format help" not in sent
+    assert "Format help" not in sent and "Refused:" not in sent
 
 
 def test_nonsense_every_turn_ends_after_max_thought_loops(make_client, backend):

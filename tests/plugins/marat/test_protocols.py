@@ -99,6 +99,7 @@ def test_a_tool_call_that_needs_a_yes_asks_then_replays_after_it(marat, backend,
             "called 2 tools at once",
         ),
         (Reply("", tool_calls=[("final", '{"answer": ""}')]), "final answer was empty"),
+        (Reply("", tool_calls=[("bash", '{"command": " "}')]), "bash command was empty"),
     ],
 )
 def test_bad_tool_answers_get_a_correction_and_run_nothing(marat, backend, reply, correction):
@@ -108,6 +109,16 @@ def test_bad_tool_answers_get_a_correction_and_run_nothing(marat, backend, reply
     assert body["reply"].startswith("Done.")
     help_sent = backend.chat_requests[-1]["messages"][-1]["content"]
     assert help_sent.startswith("Format help") and correction in help_sent
+    assert "Observation: exit code" not in json.dumps(backend.chat_requests[-1]["messages"])
+
+
+def test_sudo_in_a_well_formed_call_is_refused_not_a_format_error(marat, backend):
+    client = marat(tools=True)
+    backend.queue(call("bash", command="sudo ls /root"), call("final", answer="Cannot."))
+    body = say(client, "marat list root's files")
+    assert body["reply"].startswith("Cannot.")
+    sent = backend.chat_requests[-1]["messages"][-1]["content"]
+    assert sent.startswith("Refused: never use sudo") and "say so with final" in sent
     assert "Observation: exit code" not in json.dumps(backend.chat_requests[-1]["messages"])
 
 
