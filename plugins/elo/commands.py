@@ -293,7 +293,8 @@ def answer(
         start_part(output, answer_record(part, questions_file, endpoint, system))
     qa = given
     if output.exists() and output.resolve() != Path(questions_file).resolve():
-        qa = merge(read_qa(output), given)
+        # a part's own earlier output (start_part writes its header): it may own no question
+        qa = merge(read_qa(output, allow_empty=part is not None), given)
     run = answer_questions(
         qa,
         endpoint,

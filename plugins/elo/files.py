@@ -298,8 +298,10 @@ def read_question_source(path: str | Path, note: Callable[[str], None] | None = 
     return QA(_questions_of(table, note), [], {})
 
 
-def read_qa(path: str | Path) -> QA:
-    """A Q&A collection: `question` plus one column per model (CSV), or the JSON form."""
+def read_qa(path: str | Path, allow_empty: bool = False) -> QA:
+    """A Q&A collection: `question` plus one column per model (CSV), or the JSON form.
+    `allow_empty`: a header without rows is an empty collection (a part that owns no
+    question), not an error."""
     name = str(path)
     if name.endswith(".json"):
         try:
@@ -311,11 +313,11 @@ def read_qa(path: str | Path) -> QA:
         except json.JSONDecodeError as e:
             raise EloFileError(f"{name} is not valid JSON (line {e.lineno}: {e.msg}).") from None
         return QA.from_dict(data, name)
-    return _qa_of(read_table(path))
+    return _qa_of(read_table(path, allow_empty=allow_empty), allow_empty)
 
 
-def _qa_of(table: Table) -> QA:
-    if not table.rows:
+def _qa_of(table: Table, allow_empty: bool = False) -> QA:
+    if not table.rows and not allow_empty:
         raise EloFileError(f"{table.path} has a header but no rows; add some.")
     table.require("question")
     texts = [r["question"] for r in table.rows]

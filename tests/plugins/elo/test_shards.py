@@ -309,3 +309,22 @@ def test_part_outputs_are_checked_before_any_call(arena, home, backend):
         refused(answer(home, q, "alpha-7b", d / "x.csv", "--shard", spec), sentence)
         refused(judge(home, d / "b.csv", d / "x.csv", "--shard", spec), sentence)
     assert backend.requests == [] and not (d / "x.csv").exists()
+
+
+def test_parts_that_own_no_question_still_merge(arena, home, backend):
+    # two questions in five parts: at least three parts own none, and write an empty file
+    d = arena
+    write_csv(d / "two.csv", ["question"], [[q] for q in QUESTIONS[:2]])
+    ok(answer(home, d / "two.csv", "alpha-7b", d / "single.csv"))
+    parts = [d / f"p{i}.csv" for i in range(1, 6)]
+    for i, part in enumerate(parts, start=1):
+        ok(answer(home, d / "two.csv", "alpha-7b", part, "--shard", f"{i}/5"))
+    empty = [p for p in parts if not read_csv(p)]
+    assert len(empty) >= 3
+    # running an empty part again (a resume) is fine too, and asks nothing
+    backend.clear()
+    i = parts.index(empty[0]) + 1
+    ok(answer(home, d / "two.csv", "alpha-7b", empty[0], "--shard", f"{i}/5"))
+    assert asked(backend) == []
+    assert "Merged 5 parts" in ok(merge(home, d / "merged.csv", *parts))
+    assert (d / "merged.csv").read_bytes() == (d / "single.csv").read_bytes()
