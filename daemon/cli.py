@@ -624,4 +624,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # `python -m daemon.cli`: run the imported module's CLI, not this __main__ copy, so what
+    # plugins add through daemon.api (history listings, commands) lands on the one that runs
+    from daemon.cli import main as _main
+
+    _main()

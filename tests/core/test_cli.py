@@ -186,3 +186,17 @@ def test_say_without_words_on_a_terminal_says_what_it_expects():
         os.close(sub)
     assert done.returncode == 1
     assert "Say something: lmd say WORDS, or pipe the words in" in done.stderr
+
+
+def test_python_m_daemon_cli_has_the_plugins_additions(tmp_path):
+    # `python -m daemon.cli` runs the module as __main__; what plugins add to the imported
+    # daemon.cli (marat's `history --commands`) must be on the CLI that runs
+    env = {**os.environ, "LMD_HOME": str(tmp_path)}
+    r = subprocess.run(
+        [sys.executable, "-m", "daemon.cli", "history", "--commands"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    assert (r.returncode, r.stdout.strip()) == (0, "No commands have been run yet."), r.stderr
