@@ -10,7 +10,8 @@ is stopped and said in one sentence.
 
 stdio servers are read through a transport of our own: the SDK's re-joins a long line chunk by
 chunk (a 50 MB message took minutes of CPU); ours refuses a message over `MAX_MESSAGE_BYTES`
-and stops that server.
+and stops that server. HTTP servers' responses pass through a transport that does the same
+per message (a JSON body, or an event of an event stream).
 """
 
 from __future__ import annotations
@@ -251,7 +252,7 @@ class Hub:
         c = server.config
         if c.command:
             return _capped_stdio(server)
-        return _http(c)
+        return _http(server)
 
     async def call(
         self,
@@ -413,15 +414,70 @@ def _sentence(name: str, e: BaseException) -> str:
 
 
 @asynccontextmanager
-async def _http(c: ServerConfig) -> AsyncIterator[tuple[Any, Any]]:
-    """Streamable HTTP with the configured headers (the SDK leaves a client it was given
-    open: it is closed here)."""
+async def _http(server: Server) -> AsyncIterator[tuple[Any, Any]]:
+    """Streamable HTTP with the configured headers, each message capped as stdio's are (the
+    SDK leaves a client it was given open: it is closed here)."""
+    import httpx2
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
+    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
-    async with create_mcp_http_client(headers=c.headers) as http:
+    c = server.config
+    http = httpx2.AsyncClient(
+        headers=c.headers,
+        timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+        transport=_capped_http_transport(server),
+    )
+    async with http:
         async with streamable_http_client(c.url, http_client=http) as streams:
             yield streams
+
+
+def _capped_http_transport(server: Server) -> Any:
+    """An httpx transport whose responses stop at a message over MAX_MESSAGE_BYTES: a JSON
+    body is one message, an event stream's messages end at a blank line."""
+    import httpx2
+
+    class Capped(httpx2.AsyncByteStream):
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            pending = 0  # bytes since the last message boundary
+            tail = b""
+            async for chunk in self.inner:
+                seen = tail + chunk
+                cut = seen.rfind(b"\n\n")
+                pending = len(seen) - cut - 2 if cut >= 0 else pending + len(chunk)
+                tail = seen[-1:]
+                if pending > MAX_MESSAGE_BYTES:
+                    server.overflow = (
+                        f"The MCP server {server.config.name} sent a message larger than "
+                        f"{MAX_MESSAGE_BYTES // (1024 * 1024)} MB, so I stopped it."
+                    )
+                    raise httpx2.ReadError(server.overflow)
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    class Transport(httpx2.AsyncBaseTransport):
+        def __init__(self) -> None:
+            self.inner = httpx2.AsyncHTTPTransport()
+
+        async def handle_async_request(self, request: Any) -> Any:
+            response = await self.inner.handle_async_request(request)
+            return httpx2.Response(
+                response.status_code,
+                headers=response.headers,
+                stream=Capped(response.stream),
+                extensions=response.extensions,
+                request=request,
+            )
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    return Transport()
 
 
 @asynccontextmanager

@@ -201,6 +201,27 @@ def test_a_server_that_crashes_floods_or_hangs_in_a_call_is_one_sentence(
     assert told in result and len(result) < 400
 
 
+def test_an_http_server_that_floods_is_one_sentence_as_over_stdio(
+    make_client, home, tmp_path, tools_backend
+):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(SERVER), "--http", str(port)])
+    try:
+        wait_port(port, proc)
+        write_config(home, tmp_path / "unused.log", web={"url": f"http://127.0.0.1:{port}/mcp"})
+        client = make_client(marat_start_dir=str(tmp_path), mcp_call_timeout_secs=60)
+        tools_backend.queue(call("mcp__web__huge"), FINAL)
+        assert "Say yes to run it" in post(client, "marat get it")["reply"]
+        reply = post(client, "yes")["reply"]
+        told = "The MCP server web sent a message larger than 8 MB, so I stopped it."
+        assert told in reply and reply.endswith("\nDone.")
+        (result,) = tool_results(tools_backend)
+        assert told in result and len(result) < 400
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def test_five_hundred_tools_are_cut_and_a_tool_named_bash_is_no_builtin(marat, tools_backend):
     client = marat("--tools", "500")
     tools_backend.queue(call("bash", command="echo marat"), FINAL)
