@@ -494,6 +494,26 @@ def suggested_pattern(words: tuple[str, ...]) -> tuple[str, ...]:
     return (program,)
 
 
+def always_hint(command: str, asked_before: list[str]) -> tuple[str, str | None]:
+    """(the command's "yes, always" pattern, a hint to say with the question or None). The
+    hint comes from the second question about the same pattern in a session on: the first
+    question stays short; a repeated one tells the user the words that end the repeats."""
+    from daemon.execution.bash import Unmodelled, simple_commands
+
+    try:
+        parts = simple_commands(command)
+    except Unmodelled:
+        return "", None
+    if len(parts) != 1 or not parts[0].words:
+        return "", None
+    pattern = " ".join(suggested_pattern(parts[0].words))
+    if pattern not in asked_before:
+        return pattern, None
+    return pattern, (
+        f"To stop this question, say yes, always for {pattern}; or yes for this session."
+    )
+
+
 # -- what the user says --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Answer:

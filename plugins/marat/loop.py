@@ -389,11 +389,18 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
         if problem:
             decision = Decision(True, why=f"I would run it at once in a sandbox, but {problem}.")
         if decision.ask:
-            asked = question(command, decision.why)
+            why = decision.why
+            seen = ctx.state.get("asked_patterns") or []
+            pattern, hint = rules.always_hint(command, seen)
+            if pattern and pattern not in seen:
+                ctx.state["asked_patterns"] = [*seen, pattern][-50:]
+            if hint and not ruled:  # a rule that says "ask" was the user's own choice
+                why = f"{why} {hint}" if why else hint
+            asked = question(command, why)
             ctx.set_pending(task.to_pending(command, asked))
             ctx.state["approval"] = ctx.session.pending
             ctx.reply_kind = "decorative"
-            yield question(command, decision.why, marked=True)
+            yield question(command, why, marked=True)
             return
         await _run(ctx, task, command, decision.approval, policy=policy, rule_id=decision.rule_id)
     _finish_karma(ctx, task, done=False)

@@ -252,3 +252,38 @@ def test_bad_inputs_make_and_widen_no_rule(home, live, backend, proj, tmp_path):
     assert body["pending"]["command"] == "touch c.txt"  # asked: the link leads elsewhere now
     assert not (elsewhere / "c.txt").exists()
     assert rules_of(d.url)[-1]["directory"] == str(real)
+
+
+def test_the_second_question_about_a_command_tells_how_to_stop_the_questions(
+    home, live, backend, proj
+):
+    configure(home, marat_start_dir=str(proj))
+    d = live()
+    backend.queue(action("touch one.txt"))
+    _, body = say_live(d.url, "marat make a file")
+    first = body["reply"]
+    assert "Say yes to run it, or no." in first and "yes, always" not in first  # short
+    backend.clear()
+    say_live(d.url, "no")
+    backend.clear()
+    backend.queue(action("touch two.txt"))
+    _, body = say_live(d.url, "marat make another file")
+    assert body["pending"]["command"] == "touch two.txt"
+    assert body["reply"].endswith(
+        "Say yes to run it, or no. To stop this question, say yes, always for touch; or yes "
+        "for this session."
+    )
+    # and the words it names do what it says
+    backend.queue(final("Made it."))
+    _, body = say_live(d.url, "yes, always for touch")
+    assert body["reply"].startswith("From now on I run touch without asking")
+    assert (proj / "two.txt").exists()
+    # a compound command gets no hint, however often it is asked (no one pattern covers it)
+    for n in (1, 2):
+        backend.clear()
+        backend.queue(action(f"mkdir d{n} && chmod 700 d{n}"))
+        _, body = say_live(d.url, "marat make a private folder")
+        assert body["pending"]["command"] == f"mkdir d{n} && chmod 700 d{n}"
+        assert body["reply"].endswith("Say yes to run it, or no.")
+        backend.clear()
+        say_live(d.url, "no")
