@@ -6,11 +6,12 @@ so `lmd say` starts as fast as Python does.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import textwrap
 import time
+
+# json and textwrap are imported where they are used: both compile regular expressions on
+# import, a cost `lmd --help` and `lmd say` would pay for nothing.
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,8 @@ def say(
     except ClientError as e:
         fail(for_terminal(e.message, raw, sys.stderr))
     if as_json:
+        import json  # here: the plain reply, the usual case, needs no JSON encoder
+
         out = json.dumps(reply, indent=2, ensure_ascii=False)
         if not raw and sys.stdout.isatty():
             from daemon.terminal import clean_json_text
@@ -233,6 +236,8 @@ def settings() -> None:
 
 
 def _print_rows(rows: list[dict], as_json: bool) -> None:
+    import json
+
     if as_json:
         click.echo(json.dumps(rows, indent=2, ensure_ascii=False, default=str))
         return
@@ -258,6 +263,8 @@ def settings_list(as_json: bool, home: Path | None) -> None:
 @home_option
 def settings_get(name: str, as_json: bool, home: Path | None) -> None:
     """One setting's value (with its type, default and help under --json)."""
+    import json
+
     _, _, s = open_daemon_state(home)
     try:
         row = s.describe([name])[0]
@@ -314,6 +321,8 @@ def rules() -> None:
 @home_option
 def rules_list(session: str | None, as_json: bool, home: Path | None) -> None:
     """Every rule, the built-in defaults among them, with its id."""
+    import json
+
     from daemon import rules as r
 
     READ_ONLY_NOTE = r.READ_ONLY_NOTE  # noqa: N806
@@ -480,6 +489,9 @@ def history(
     legend; --wide for every column, --json for all of it)."""
     if ctx.invoked_subcommand is not None:
         return
+    import json
+    import textwrap
+
     chosen = [history.listings[dest] for dest, on in listings.items() if on]
     if len(chosen) > 1:
         fail(f"Give only one of {', '.join('--' + c for c in chosen)}.")
@@ -551,6 +563,8 @@ def history_promote(prompt_id: int, home: Path | None) -> None:
 def backend(probe: bool, url: str | None, as_json: bool, which: bool, home: Path | None) -> None:
     """Show the backend the daemon talks to and what it can do (tools, JSON schemas,
     logprobs, n, tokenize, prefill), as probed once per endpoint and model."""
+    import json
+
     from daemon.client import ClientError, request
 
     if which:
@@ -596,6 +610,8 @@ def backend(probe: bool, url: str | None, as_json: bool, which: bool, home: Path
 @click.option("--json", "as_json", is_flag=True)
 def plugins(as_json: bool) -> None:
     """Plugins, their hooks, modes and directives."""
+    import json
+
     from daemon.backends import tokens
     from daemon.core import collect
     from daemon.plugins import describe, get_plugin_manager

@@ -17,8 +17,15 @@ import click
 class LazyCommand(click.Command):
     """A stand-in for the click command at `target` ("module:attribute")."""
 
-    def __init__(self, name: str, target: str, short_help: str, hidden: bool = False) -> None:
-        super().__init__(name, short_help=short_help, help=short_help, hidden=hidden)
+    def __init__(
+        self,
+        name: str,
+        target: str,
+        short_help: str | None = None,
+        hidden: bool = False,
+        help: str | None = None,
+    ) -> None:
+        super().__init__(name, short_help=short_help, help=help or short_help, hidden=hidden)
         self.target = target
 
     def load(self) -> click.Command:
@@ -30,9 +37,17 @@ class LazyCommand(click.Command):
         return command
 
 
-def lazy_command(name: str, target: str, short_help: str) -> LazyCommand:
-    """A command for `register_commands` that imports its code only when it is run."""
-    return LazyCommand(name, target, short_help)
+def lazy_command(
+    name: str, target: str, short_help: str | None = None, *, help: str | None = None
+) -> LazyCommand:
+    """A command for `register_commands` that imports its code only when it is run.
+
+    `short_help` is its whole line in `lmd --help`. Or give `help`, the real command's first
+    paragraph: `--help` then shortens it to fit, as it does the help of a command of its own.
+    """
+    if (short_help is None) == (help is None):
+        raise TypeError("lazy_command takes short_help or help, not both (nor neither)")
+    return LazyCommand(name, target, short_help, help=help)
 
 
 def resolve(group: click.Group, name: str) -> click.Command | None:

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
-from daemon.api import Context, Mode, hookimpl
+# Only the hook marker at module level: `lmd --help` imports every plugin to list commands,
+# and a Mode made here would cost it the modes module for nothing.
+from daemon.api import hookimpl
+
+if TYPE_CHECKING:
+    from daemon.api import Context
 
 
 async def respond(ctx: Context) -> AsyncIterator[str]:
@@ -19,6 +25,8 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
 
 @hookimpl
 def register_modes(register):
+    from daemon.api import Mode
+
     register(
         Mode(
             "dali",

@@ -13,20 +13,16 @@ starts a sentence with it). The mode never calls the model.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
-from daemon.api import (
-    Context,
-    LmdError,
-    Mode,
-    SettingError,
-    Settings,
-    env_name,
-    hookimpl,
-    refuse_if_protected,
-)
+# The settings and modes modules (and json) are imported where they are used: `lmd --help`
+# imports every plugin to list commands, and this one has none.
+from daemon.api import LmdError, hookimpl
+
+if TYPE_CHECKING:
+    from daemon.api import Context, Settings
 
 
 def _token_presented() -> bool:
@@ -148,6 +144,8 @@ def typed_value(raw: str, spec) -> object:
 
 def show(value: object, spec) -> str:
     if spec.type == "json":
+        import json
+
         return json.dumps(value, ensure_ascii=False)
     if spec.type == "bool":
         return "true" if value else "false"
@@ -168,6 +166,8 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
 
 
 def handle(ctx: Context) -> str:
+    from daemon.api import SettingError, refuse_if_protected
+
     words = ctx.text.strip().rstrip(".!?").split()
     if not words:
         return HELP
@@ -214,6 +214,8 @@ def handle(ctx: Context) -> str:
 
 
 def _env_note(name: str, ctx: Context) -> str:
+    from daemon.api import env_name
+
     fresh = ctx.daemon.settings()
     if fresh.source(name) == "env":
         return f" But the environment variable {env_name(name)} overrides it while it is set."
@@ -222,6 +224,8 @@ def _env_note(name: str, ctx: Context) -> str:
 
 @hookimpl
 def register_modes(register):
+    from daemon.api import Mode
+
     register(
         Mode(
             DIRECTIVE,

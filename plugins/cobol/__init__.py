@@ -2,41 +2,23 @@
 
 from __future__ import annotations
 
-from daemon.api import Mode, Setting, hookimpl
-
-SETTINGS = (
-    Setting(
-        "cobol_repo",
-        "",
-        "str",
-        "Repository cobol works in; empty means the session's working directory (X-Cwd).",
-        protected=True,  # a directory whose files cobol changes: CLI or token only
-    ),
-    Setting(
-        "cobol_build_command",
-        "",
-        "str",
-        "Build/test command cobol compiles with; empty means detect it from the repository.",
-        protected=True,  # a command that runs: CLI or token only
-    ),
-    Setting(
-        "cobol_build_timeout_secs",
-        300,
-        "int",
-        "Seconds a cobol build may run before it and its child processes are killed.",
-        min=1,
-    ),
-)
+# Only the hook marker at module level: `lmd --help` imports every plugin to list commands,
+# and a Setting or a Mode made here would cost it their modules for nothing.
+from daemon.api import hookimpl
 
 
 @hookimpl
 def register_settings(register):
+    from .config import SETTINGS
+
     for setting in SETTINGS:
         register(setting)
 
 
 @hookimpl
 def register_modes(register):
+    from daemon.api import Mode
+
     from .mode import respond
 
     register(

@@ -152,7 +152,7 @@ def load_elo_settings(home: Path | None) -> Any:
 
     from daemon.api import Settings, default_home
 
-    from . import SETTINGS
+    from .config import SETTINGS
 
     path = (home or default_home()) / "lmd.db"
     stored: dict[str, str] = {}

@@ -7,9 +7,9 @@ ensembles, retries), cache, sql (SQLite), routes (POST /lm_score), commands (lmd
 
 from __future__ import annotations
 
+# Only the hook marker and lazy_command at module level: `lmd --help` imports every plugin to
+# list commands; the settings (and their module) wait for the daemon to collect them.
 from daemon.api import hookimpl, lazy_command
-
-from .config import SETTINGS
 
 __all__ = ["register_lm_score"]
 
@@ -23,6 +23,8 @@ def register_lm_score(conn, scorer=None, *, home=None, cache: bool = True):
 
 @hookimpl
 def register_settings(register):
+    from .config import SETTINGS
+
     for setting in SETTINGS:
         register(setting)
 

@@ -8,38 +8,14 @@ can answer, an audit of every command, and the "remember: ..." phrase for operat
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
-from daemon.api import Context, Mode, Setting, add_history_listing, hookimpl, lazy_command
+# Only the hook marker and lazy_command at module level: `lmd --help` imports every plugin to
+# list commands, and a Setting or a Mode made here would cost it their modules for nothing.
+from daemon.api import hookimpl, lazy_command
 
-__all__ = ["SETTINGS"]
-
-SETTINGS = [
-    Setting(
-        "marat_approval",
-        "unsafe",
-        "choice",
-        "Which commands wait for a spoken yes: never (none; nothing sandboxed), unsafe (all but "
-        "clearly read-only ones, which run in the sandbox), always.",
-        choices=("never", "unsafe", "always"),
-        synonyms={"none": "never", "off": "never", "all": "always", "safe": "unsafe"},
-        protected=True,  # only the CLI, or an HTTP request with the token, may change it
-    ),
-    Setting(
-        "marat_command_timeout_secs",
-        30.0,
-        "float",
-        "Seconds one command may run before its whole process group is killed.",
-        min=0.1,
-        max=86400,
-    ),
-    Setting(
-        "marat_start_dir",
-        "~",
-        "str",
-        "Directory a new session's commands start in (~ is the user's home).",
-        protected=True,  # where commands run: only the CLI or the token may move it
-    ),
-]
+if TYPE_CHECKING:
+    from daemon.api import Context
 
 
 async def respond(ctx: Context) -> AsyncIterator[str]:
@@ -51,6 +27,8 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
 
 @hookimpl
 def register_modes(register):
+    from daemon.api import Mode
+
     register(
         Mode(
             "marat",
@@ -63,6 +41,8 @@ def register_modes(register):
 
 @hookimpl
 def register_settings(register):
+    from .config import SETTINGS
+
     for setting in SETTINGS:
         register(setting)
 
@@ -85,6 +65,8 @@ def register_routes(register):
 
 @hookimpl
 def register_commands(cli):
+    from daemon.api import add_history_listing
+
     # `lmd history commands`, also `lmd history --commands`
     commands = lazy_command(
         "commands",
