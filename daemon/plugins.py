@@ -49,6 +49,7 @@ def scan_entry_points(group: str, path: list[str] | None = None) -> list[tuple[s
     """
     seen: set[str] = set()
     found = []
+    marker = group.encode()
     for entry in sys.path if path is None else path:
         root = entry or "."
         try:
@@ -70,12 +71,14 @@ def scan_entry_points(group: str, path: list[str] | None = None) -> list[tuple[s
                 continue
             seen.add(dist)
             try:
-                with open(os.path.join(root, dirs[0], "entry_points.txt"), encoding="utf-8") as f:
-                    text = f.read()
+                with open(os.path.join(root, dirs[0], "entry_points.txt"), "rb") as f:
+                    raw = f.read()
             except OSError:
                 continue
+            if marker not in raw:  # most distributions have console scripts only
+                continue
             section = None
-            for line in text.splitlines():
+            for line in raw.decode("utf-8").splitlines():
                 line = line.strip()
                 if not line or line[0] in "#;":
                     continue
