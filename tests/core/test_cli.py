@@ -140,12 +140,17 @@ def test_help_lists_plugin_commands_without_importing_them():
     code = (
         "import sys\nfrom daemon.cli import cli\n"
         "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in sys.modules if m.startswith('plugins.')), file=sys.stderr)"
+        "print(sorted(m for m in sys.modules if m.startswith(('plugins.', 'daemon.'))\n"
+        "             or m in ('dataclasses', 'json', 'shutil')), file=sys.stderr)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     loaded = set(json.loads(r.stderr.strip().splitlines()[-1].replace("'", '"')))
     assert not loaded & {"plugins.elo.commands", "plugins.selectit.command",
-                         "plugins.lm_score.commands", "plugins.marat.audit"}  # fmt: skip
+                         "plugins.lm_score.commands", "plugins.marat.audit",
+                         "plugins.clients.commands"}  # fmt: skip
+    # Listing makes no Setting or Mode (plugins make theirs in the hooks that register them),
+    # and the help's width is read without shutil.
+    assert not loaded & {"daemon.settings", "daemon.modes", "dataclasses", "json", "shutil"}
     for name in ("elo", "selectit", "score", "sql", "doctor", "history"):
         assert f"  {name} " in r.stdout
     # A group of its own: other tests in this process may have run (and so resolved) some
@@ -166,6 +171,39 @@ def test_help_lists_plugin_commands_without_importing_them():
                 assert lazy.get_short_help_str(limit) == real.get_short_help_str(limit), name
     r = lmd("elo", "--help")
     assert r.returncode == 0 and "leaderboard" in r.stdout
+
+
+@pytest.mark.parametrize("columns", [None, "", "abc", "0", "-3", "40", "100", "300"])
+def test_help_width_is_read_as_shutil_reads_it(monkeypatch, columns):
+    import shutil
+
+    from daemon.cli import terminal_columns
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert terminal_columns() == shutil.get_terminal_size().columns
+
+
+def test_light_commands_leave_nothing_for_the_exit_to_collect():
+    """After the group's help and `say`, lmd's objects are frozen: the interpreter's exit skips
+    them (gc.freeze). Other commands exit as Python always does."""
+    code = (
+        "import atexit, gc, sys\nimport daemon.cli\n"
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0))\n"
+        "sys.argv = ['lmd', *sys.argv[1:]]\ndaemon.cli.main()"
+    )
+
+    def frozen(*args: str) -> tuple[int, str]:
+        r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                           cwd=ROOT, input="")  # fmt: skip
+        return r.returncode, r.stdout.strip().splitlines()[-1]
+
+    assert frozen("--help") == (0, "frozen True")
+    assert frozen("no-such-command") == (2, "frozen True")
+    assert frozen("say", "--url", "http://127.0.0.1:9", "hi") == (1, "frozen True")
+    assert frozen("settings", "--help") == (0, "frozen False")
 
 
 def test_version():
