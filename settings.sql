@@ -51,7 +51,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('max_thought_loops', '6');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('directive_aliases', '{}');
 -- Most tokens of history sent to the model. Allowed: a whole number of at least 1.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('max_tokens', '3500');
--- Most tokens of one model answer (dali's reply, a marat step); 0 leaves it to the server. A reply cut there is said to be cut. Allowed: a whole number of at least 0.
+-- Most tokens of one model answer (dali's reply, a marat step, cobol's change); 0 leaves it to the server. A reply cut there is said to be cut. Allowed: a whole number of at least 0.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('reply_max_tokens', '0');
 -- Characters of output kept. Allowed: a whole number of at least 1.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('max_bash_output_len_for_response', '2000');

@@ -293,8 +293,8 @@ CORE_SETTINGS = [
         "reply_max_tokens",
         0,
         "int",
-        "Most tokens of one model answer (dali's reply, a marat step); 0 leaves it to the "
-        "server. A reply cut there is said to be cut.",
+        "Most tokens of one model answer (dali's reply, a marat step, cobol's change); 0 "
+        "leaves it to the server. A reply cut there is said to be cut.",
         min=0,
     ),
     Setting("max_bash_output_len_for_response", 2000, "int", "Characters of output kept.", min=1),

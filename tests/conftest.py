@@ -96,9 +96,10 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="session")
 def real_model():
     """The real-model tier's server (tests/real_model.py), one per test worker."""
-    from tests.real_model import start_real_model
+    from tests.real_model import probe_once, start_real_model
 
     server = start_real_model()
+    probe_once(server)
     yield server
     server.stop()
 
@@ -107,9 +108,10 @@ def real_model():
 def small_model():
     """The same server with a 256-token context: overflows without minutes of reading (this
     CPU reads some 130 tokens a second on one thread)."""
-    from tests.real_model import start_real_model
+    from tests.real_model import probe_once, start_real_model
 
     server = start_real_model(n_ctx=256)
+    probe_once(server)
     yield server
     server.stop()
 

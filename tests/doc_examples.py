@@ -17,7 +17,8 @@ How a page runs (one set-up per page, shared by its blocks, in order):
 - ```sh blocks run with bash (aliases on), one process per block, PATH with this
   environment's bin first (so `lmd` is the checkout's). Each command must exit 0. `lmd` runs
   warm: forked from a process that imported lmd once (tests/warm_lmd.py says why that is the
-  same command); LMD_DOCS_COLD=1 runs the installed script instead.
+  same command; pages that add no environment share that process); LMD_DOCS_COLD=1 runs the
+  installed script instead.
 - A command's shown output is the comment lines right under it that start with `#  ` (a hash
   and two spaces) or are a bare `#`; other comments are prose. All of the output is checked,
   whitespace ignored (pages wrap lines and space out JSON), `...` standing for any text.
@@ -148,10 +149,15 @@ class Page:
             return None
         if self.warm is not None and self.warm_env != self.env:
             self.stop_daemon()  # it came from the old warm process
-            self.warm.stop()
+            if self.warm is not _SHARED_WARM.get("plain"):
+                self.warm.stop()
             self.warm = None
         if self.warm is None:
-            self.warm = WarmLmd(self.root / "warm", self.environ()).start()
+            # Pages whose set-up adds no environment share one warm process per test process
+            # (each command gets the page's environment, directory and streams anyway): its
+            # imports, some two seconds of CPU, are paid once rather than once a page.
+            self.warm = shared_warm(self.environ()) if not self.env else (
+                WarmLmd(self.root / "warm", self.environ()).start())  # fmt: skip
             self.warm_env = dict(self.env)
         return self.warm.bin
 
@@ -189,11 +195,29 @@ class Page:
             os.environ.update(saved_env)
 
     def close(self) -> None:
-        if self.warm is not None:
+        if self.warm is not None and self.warm is not _SHARED_WARM.get("plain"):
             self.warm.stop()
         self.stop_daemon()
         self.backend.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+_SHARED_WARM: dict[str, WarmLmd] = {}
+
+
+def shared_warm(environ: dict[str, str]) -> WarmLmd:
+    """The warm `lmd` of the pages that add no environment, started by the first of them
+    (its environment is the first page's, but every command runs in its own page's) and
+    stopped when the test process ends."""
+    warm = _SHARED_WARM.get("plain")
+    if warm is None or warm.proc is None or warm.proc.poll() is not None:
+        import atexit
+
+        directory = Path(tempfile.mkdtemp(prefix="lmd-docs-warm-"))
+        warm = _SHARED_WARM["plain"] = WarmLmd(directory, environ).start()
+        atexit.register(shutil.rmtree, directory, True)
+        atexit.register(warm.stop)
+    return warm
 
 
 class WarmDaemon:

@@ -14,6 +14,7 @@ from tests.daemons import configure
 
 # Small enough to fill in a test, large enough for every feature's prompt.
 REAL_N_CTX = 2048
+_PROBED: dict[str, str] = {}  # server URL -> its capabilities as JSON
 
 
 def start_real_model(n_ctx: int = REAL_N_CTX) -> EmbeddedServer:
@@ -28,8 +29,37 @@ def start_real_model(n_ctx: int = REAL_N_CTX) -> EmbeddedServer:
     return EmbeddedServer(path, n_ctx=n_ctx, n_threads=1).start()
 
 
+def probe_once(server: EmbeddedServer) -> str:
+    """The server's capabilities as lmd's own probe finds them, probed once per server through
+    this process's shared cache (so in-process clients, such as `lmd elo judge` through
+    CliRunner or LM_SCORE's Scorer, find them there); JSON for configure_real_home. A probe is
+    six real requests, some four seconds of this CPU, and every daemon and home would repeat
+    it; what it finds on this server is tests/core/test_capabilities.py's to check."""
+    if server.url not in _PROBED:
+        import asyncio
+
+        from daemon.backends.capabilities import shared_cache
+        from daemon.backends.llm import LLM
+
+        async def probe():
+            llm = LLM(server.url, server.key, 120, 0, server.alias)
+            try:
+                return await shared_cache().get(llm)
+            finally:
+                await llm.close()
+
+        caps = asyncio.run(probe())
+        if caps.source != "probe":  # a failed probe is not kept: every client probes anew
+            raise RuntimeError(f"the real model's server could not be probed: {caps.notes}")
+        _PROBED[server.url] = caps.to_json()
+    return _PROBED[server.url]
+
+
 def configure_real_home(home: Path, server: EmbeddedServer, **settings: object) -> Path:
-    """A home whose backend is the real model server (the key goes in the environment)."""
+    """A home whose backend is the real model server (the key goes in the environment), with
+    the server's capabilities already in its database, as a daemon that probed it keeps them."""
+    from daemon.store import Store
+
     configure(
         home,
         openai_chat_endpoint=server.url,
@@ -38,4 +68,9 @@ def configure_real_home(home: Path, server: EmbeddedServer, **settings: object) 
         llm_timeout_secs=120,
         **settings,
     )
+    store = Store(home / "lmd.db")
+    try:
+        store.save_capabilities(server.url, server.alias, probe_once(server))
+    finally:
+        store.close()
     return home

@@ -327,9 +327,11 @@ def server_root(base_url: str) -> str:
 async def _tokenize(llm: Any, timeout: float, r: _Result) -> None:
     import httpx2
 
+    from daemon.backends.http_pools import ssl_context
+
     root = server_root(str(llm.client.base_url))
     headers = {"Authorization": f"Bearer {llm.api_key}", PROBE_HEADER: "tokenize"}
-    async with httpx2.AsyncClient(timeout=timeout) as http:
+    async with httpx2.AsyncClient(timeout=timeout, verify=ssl_context()) as http:
         for path, key in TOKENIZE_PATHS:
             body: dict[str, Any] = {key: "hello world"}
             if key == "prompt":

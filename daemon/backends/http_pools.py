@@ -10,6 +10,8 @@ reusing the first pool's warm connection.
 
 from __future__ import annotations
 
+import functools
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,11 +20,18 @@ import httpx2
 KEEPALIVE_SECS = 4.0
 
 
+@functools.cache
+def ssl_context() -> ssl.SSLContext:
+    """One TLS context for the process: loading the CA certificates costs some 80 ms of CPU,
+    which every client (a daemon's LLM, a capability probe, a CLI command's) paid again."""
+    return httpx2.create_ssl_context()
+
+
 class SpreadTransport(httpx2.AsyncBaseTransport):
     """`pools` httpx2.AsyncHTTPTransport pools sharing the connection limits."""
 
     def __init__(self, pools: int = 32, max_connections: int = 256, keepalive: int = 64) -> None:
-        verify = httpx2.create_ssl_context()  # one context for all pools
+        verify = ssl_context()  # one context for all pools, and all transports
         per_pool = httpx2.Limits(
             max_connections=max(1, -(-max_connections // pools)),
             max_keepalive_connections=max(1, -(-keepalive // pools)),

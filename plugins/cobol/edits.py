@@ -124,13 +124,14 @@ async def ask_for_patch(job: Job, messages: list[dict]) -> patches.Patch:
         messages = with_memory(messages, memory.text)
     problem = ""
     refused = None
+    most = job.ctx.settings["reply_max_tokens"]
     for attempt in (1, 2):
         problem = ""
         if protocol in ("tools", "schema"):
             reply, diff = "", None
             try:
                 edits, reply = await structured.ask_edits(
-                    job.ctx.llm, messages, protocol, memory.text
+                    job.ctx.llm, messages, protocol, memory.text, most
                 )
                 diff = structured.edits_to_diff(job.repo, edits)
             except LmdError as e:
@@ -138,7 +139,7 @@ async def ask_for_patch(job: Job, messages: list[dict]) -> patches.Patch:
                     raise
                 problem = e.message
         else:
-            reply = await job.ctx.llm.chat(messages)
+            reply = await job.ctx.llm.chat(messages, **({"max_tokens": most} if most else {}))
             diff = patches.extract_diff(reply)
         refused = None
         if diff is None:

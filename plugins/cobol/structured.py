@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from daemon.api import LmdError
+from daemon.api import BackendError, LmdError
 
 from .repo import inside
 
@@ -63,15 +63,17 @@ INSTRUCTIONS = {
 
 
 async def ask_edits(
-    llm: Any, messages: list[dict], protocol: str, memory: str = ""
+    llm: Any, messages: list[dict], protocol: str, memory: str = "", max_tokens: int = 0
 ) -> tuple[list[dict], str]:
     """The model's edits (each a dict of EDIT) and its raw answer, or LmdError; `memory`, the
-    project's instructions, follows the instructions."""
+    project's instructions, follows the instructions; `max_tokens` (reply_max_tokens) caps the
+    answer, 0 leaves it to the server."""
     instructions = INSTRUCTIONS[protocol] + (f"\n\n{memory}" if memory else "")
     system = [{"role": "system", "content": instructions}]
     asked = system + [m for m in messages if m["role"] != "system"]
+    limit = {"max_tokens": max_tokens} if max_tokens else {}
     if protocol == "tools":
-        response = await llm.complete(asked, tools=TOOLS, tool_choice="auto")
+        response = await llm.complete(asked, tools=TOOLS, tool_choice="auto", **limit)
         message = response.choices[0].message if response.choices else None
         calls = list(getattr(message, "tool_calls", None) or [])
         raw = json.dumps([[c.function.name, c.function.arguments] for c in calls])
@@ -88,10 +90,19 @@ async def ask_edits(
         return edits, raw
     caps = await llm.capabilities()
     fmt = caps.response_format("cobol_edits", EDITS_SCHEMA) or {"type": "json_object"}
-    raw = await llm.chat(asked, response_format=fmt)
+    response = await llm.complete(asked, response_format=fmt, **limit)
+    choice = response.choices[0] if response.choices else None
+    if choice is None:
+        raise BackendError("The language model sent an empty answer; try again.")
+    raw = choice.message.content or ""
     try:
         data = json.loads(raw, strict=False)
     except ValueError:
+        if limit and choice.finish_reason == "length":
+            raise LmdError(
+                f"The model's edits were cut off at reply_max_tokens ({max_tokens}); raise it "
+                "or ask for a smaller change."
+            ) from None
         raise LmdError("The model's edits were not a JSON object.") from None
     edits = data.get("edits") if isinstance(data, dict) else None
     if not isinstance(edits, list) or not edits:

@@ -75,6 +75,23 @@ def test_bad_edits_are_retried_with_the_reason_then_refused(cobol, backend, bad,
     assert "return a - b" in (c.repo / "calc.py").read_text()
 
 
+def test_reply_max_tokens_caps_the_edits_and_a_cut_answer_is_said_to_be_cut(
+    cobol, backend, make_client
+):
+    c = cobol(json_schema=True, schema_format="json_object")
+    make_client(reply_max_tokens=40)  # the same home: cobol reads it on its next turn
+    cut = Reply('{"edits": [{"file": "calc.py", "start": 5, "end": 5, "text": "    ret',
+                finish_reason="length")  # fmt: skip
+    backend.queue(cut, cut)
+    c.say("cobol focus on calc.py lines 4 to 5")
+    out = c.say("cobol fix add so that it adds", expect=422)
+    assert "changed nothing" in out["error"]
+    told = backend.chat_requests[-1]["messages"][-1]["content"]
+    assert "cut off at reply_max_tokens (40)" in told  # the retry was told why
+    assert [r["max_tokens"] for r in backend.chat_requests[-2:]] == [40, 40]
+    assert "return a - b" in (c.repo / "calc.py").read_text()
+
+
 def test_a_planting_edit_still_asks(cobol, backend):
     c = cobol(json_schema=True, schema_format="json_object")
     backend.queue(json.dumps({"edits": [{"file": "Makefile", "start": 1, "end": 0,
@@ -95,7 +112,11 @@ def test_the_real_model_gives_a_well_formed_edit_or_a_sentence(real_model, tmp_p
     from tests.daemons import LiveDaemon
 
     repo = make_repo(tmp_path / "repo")
-    home = configure_real_home(tmp_path / "h", real_model, max_thought_loops=2)
+    # an edit of one function fits in 160 tokens; uncapped, the tiny model under the schema
+    # could write until the context was full (a minute of this CPU, twice)
+    home = configure_real_home(
+        tmp_path / "h", real_model, max_thought_loops=2, reply_max_tokens=160
+    )
     d = LiveDaemon(home, {"LMD_TOKENIZER": "estimate", "OPENAI_API_KEY": real_model.key})
     try:
         import urllib.error

@@ -73,6 +73,7 @@ def test_the_real_model_gives_a_usable_verdict_for_every_battle(real_model, tmp_
             ["Name a fruit.", "m1", "m3", "An apple.", "A car."],
             ["Say hi.", "m2", "m3", "Hi!", "Hello there!"],
         ],
+        "--one-order",  # both orders on this model: test_judge_checks' real-model test
     )
     assert len(rows) == 3
     for row in rows:  # well formed; whether the tiny judge is right is not tested
