@@ -136,12 +136,14 @@ def _read_response(f: Any) -> tuple[int, dict[str, str], bytes]:
         raise ValueError("the answer was not HTTP")
     status = int(parts[1])
     headers: dict[str, str] = {}
-    while True:
+    for _ in range(101):  # at most 100 header lines, as http.client
         line = f.readline(65537)
         if line in (b"\r\n", b"\n", b""):
             break
         name, _, value = line.decode("latin-1").partition(":")
         headers[name.strip().lower()] = value.strip()
+    else:
+        raise ValueError("the answer had more than 100 header lines")
     if "chunked" in headers.get("transfer-encoding", "").lower():
         body = bytearray()
         while size := int(f.readline(1026).split(b";")[0].strip() or b"0", 16):

@@ -80,8 +80,13 @@ def test_error_answers_become_the_daemons_sentence(monkeypatch):
 
 @pytest.mark.parametrize(
     "answer",
-    [b"SSH-2.0-OpenSSH_9.6\r\n", b"", b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\nshort"],
-    ids=["not-http", "closed-at-once", "cut-off"],
+    [
+        b"SSH-2.0-OpenSSH_9.6\r\n",
+        b"",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\nshort",
+        b"HTTP/1.1 200 OK\r\n" + b"X-A: 1\r\n" * 101 + b"\r\n",
+    ],
+    ids=["not-http", "closed-at-once", "cut-off", "endless-headers"],
 )
 def test_a_server_that_is_not_a_daemon_is_one_sentence(monkeypatch, answer):
     monkeypatch.setenv("LMD_TOKEN", "t")
