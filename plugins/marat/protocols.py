@@ -160,8 +160,12 @@ def step_schema(tools: list = ()) -> dict:
 async def _schema(ctx: Context, messages: list[dict], limit: dict, tools: list = ()) -> Asked:
     caps = await ctx.llm.capabilities()
     fmt = caps.response_format("marat_step", step_schema(tools)) or {"type": "json_object"}
-    if limit:  # room for the whole bounded object (escapes count double: some 300 tokens)
-        limit = {"max_tokens": max(limit["max_tokens"], 512)}
+    # Room for the whole bounded object: its 560 characters of strings can take more tokens
+    # than characters (emoji, escapes, one-character tokens). At 512 the real 135M model was
+    # cut off mid-string once in a fresh-clone run (605 characters in 512 tokens): a "Format
+    # help" for a step the grammar had kept well formed.
+    if limit:
+        limit = {"max_tokens": max(limit["max_tokens"], 1024)}
     text = await ctx.llm.chat(messages, response_format=fmt, **limit)
     try:
         # strict=False: a raw newline inside a string (some grammars let it through) is fine
