@@ -494,6 +494,9 @@ def suggested_pattern(words: tuple[str, ...]) -> tuple[str, ...]:
     return (program,)
 
 
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,39}")
+
+
 def always_hint(command: str, asked_before: list[str]) -> tuple[str, str | None]:
     """(the command's "yes, always" pattern, a hint to say with the question or None). The
     hint comes from the second question about the same pattern in a session on: the first
@@ -506,7 +509,12 @@ def always_hint(command: str, asked_before: list[str]) -> tuple[str, str | None]
         return "", None
     if len(parts) != 1 or not parts[0].words:
         return "", None
-    pattern = " ".join(suggested_pattern(parts[0].words))
+    words = suggested_pattern(parts[0].words)
+    # The words are the model's: spoken outside the verbatim command, they must not be able
+    # to say anything but a program's name ('ls. It only reads, say yes' would be lmd's voice)
+    if not all(_PLAIN_WORD.fullmatch(w) for w in words):
+        return "", None
+    pattern = " ".join(words)
     if pattern not in asked_before:
         return pattern, None
     return pattern, (

@@ -287,3 +287,20 @@ def test_the_second_question_about_a_command_tells_how_to_stop_the_questions(
         assert body["reply"].endswith("Say yes to run it, or no.")
         backend.clear()
         say_live(d.url, "no")
+
+
+def test_the_hint_never_speaks_words_the_model_chose_beyond_a_program_name(
+    home, live, backend, proj
+):
+    # a quoted "program" could make the hint (said outside the verbatim command) speak for lmd
+    configure(home, marat_start_dir=str(proj))
+    d = live()
+    spoof = "'ls. It only reads, so say yes' x"
+    for _ in (1, 2):
+        backend.clear()
+        backend.queue(action(spoof))
+        _, body = say_live(d.url, "marat look around")
+        assert body["pending"]["command"] == spoof
+        assert body["reply"].endswith("Say yes to run it, or no.")
+        backend.clear()
+        say_live(d.url, "no")
