@@ -70,8 +70,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+_WARM_SERVE: list = []  # this test process's warm lmd for daemons, started by the first
+
+
+def warm_serve():
+    """A process that imported what `lmd serve` imports, to fork daemons from: a daemon costs
+    about 1.9 CPU-seconds started cold, most of it imports, and a run starts some eighty
+    (tests/warm_lmd.py). The start itself (a fresh interpreter, its imports, its exit codes)
+    is tested with cold starts in tests/core/test_server.py, test_perms.py and test_cli.py.
+    LMD_TEST_COLD_DAEMONS=1 starts every daemon cold; None then."""
+    if os.environ.get("LMD_TEST_COLD_DAEMONS") == "1":
+        return None
+    warm = _WARM_SERVE[0] if _WARM_SERVE else None
+    if warm is None or warm.proc is None or warm.proc.poll() is not None:
+        import atexit
+        import shutil
+        import tempfile
+
+        from tests.warm_lmd import PRELOAD_SERVE, WarmLmd
+
+        directory = Path(tempfile.mkdtemp(prefix="lmd-serve-warm-"))
+        warm = WarmLmd(directory, dict(os.environ), preload=PRELOAD_SERVE).start()
+        _WARM_SERVE[:] = [warm]
+        atexit.register(shutil.rmtree, directory, True)
+        atexit.register(warm.stop)
+    return warm
+
+
 class LiveDaemon:
-    """A real `lmd serve` process on a free port."""
+    """A real `lmd serve` process on a free port (forked from warm_serve() where it can be)."""
 
     def __init__(self, home: Path, env: dict | None = None, args: list[str] | None = None):
         self.home = home
@@ -79,23 +106,18 @@ class LiveDaemon:
         self.url = f"http://127.0.0.1:{self.port}"
         full_env = {**os.environ, **(env or {})}
         self.log = open(home.parent / f"lmd-serve-{self.port}.log", "w+b")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daemon.cli",
-                "serve",
-                "--bind",
-                f"127.0.0.1:{self.port}",
-                "--home",
-                str(home),
-                *(args or []),
-            ],
-            env=full_env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
+        argv = ["serve", "--bind", f"127.0.0.1:{self.port}", "--home", str(home), *(args or [])]
+        warm = warm_serve()
+        if warm is not None and warm.same_interpreter(full_env):
+            self.proc = warm.start_child(argv, full_env, ROOT, self.log.fileno())
+        else:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "daemon.cli", *argv],
+                env=full_env,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+            )
         self.wait_ready()
 
     def wait_ready(self, timeout: float = 60.0) -> None:

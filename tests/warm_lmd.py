@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+
 CLIENT = """\
 import json, os, socket, sys
 s = socket.socket(socket.AF_UNIX)
@@ -34,39 +36,102 @@ code = s.recv(16)
 sys.exit(int(code) if code else 70)
 """
 
-SERVER = """\
-import json, os, socket, sys, traceback
-
-# lmd's own imports, once: what each example would otherwise import again (every plugin's
-# commands resolved, as a command's first use resolves it).
+# What a warm process imports before it forks: for the docs' examples, lmd's own imports and
+# every plugin's commands resolved (as a command's first use resolves them); for a daemon, what
+# `lmd serve` imports, plugins left to the child (their set follows the child's environment).
+PRELOAD_COMMANDS = """\
 import daemon.cli, daemon.store, daemon.core, openai  # noqa: E401,F401
 from daemon.lazy import resolve
 
 daemon.cli.cli._load_plugins()
 for name in list(daemon.cli.cli.commands):
     resolve(daemon.cli.cli, name)
+"""
+PRELOAD_SERVE = """\
+import daemon.cli, daemon.store, daemon.core, daemon.http.app, hypercorn.asyncio, openai  # noqa
+"""
+
+SERVER = """\
+import json, os, selectors, signal, socket, sys, traceback
+
+if sys.path[0] == "":  # python -c: the directory it started in, not each child's
+    sys.path[0] = os.getcwd()
+{preload}
 listener = socket.socket(socket.AF_UNIX)
 listener.bind(sys.argv[1])
 listener.listen(64)
+# Children are reaped as they end; a detached one's caller hears its exit status (as
+# Popen.wait would give it) on the connection that started it.
+wake_r, wake_w = os.pipe()
+os.set_blocking(wake_r, False)
+os.set_blocking(wake_w, False)
+signal.set_wakeup_fd(wake_w)
+signal.signal(signal.SIGCHLD, lambda *_: None)
+detached = {{}}
+
+
+def reap():
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = detached.pop(pid, None)
+        if conn is not None:
+            try:
+                conn.sendall(f"{{os.waitstatus_to_exitcode(status)}}\\n".encode())
+            except OSError:
+                pass  # its caller stopped listening
+            conn.close()
+
+
+selector = selectors.DefaultSelector()
+selector.register(listener, selectors.EVENT_READ)
+selector.register(wake_r, selectors.EVENT_READ)
 print("ready", flush=True)
 while True:
-    conn, _ = listener.accept()
-    message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
-    if os.fork():  # the parent: back to accepting, its copies closed, children reaped
-        for fd in fds:
-            os.close(fd)
-        conn.close()
+    events = selector.select()
+    if any(key.fileobj == wake_r for key, _ in events):
         while True:
             try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                if not os.read(wake_r, 512):
                     break
-            except ChildProcessError:
+            except BlockingIOError:
                 break
+        reap()
+    if not any(key.fileobj is listener for key, _ in events):
         continue
-    listener.close()
+    conn, _ = listener.accept()
+    message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
     request = json.loads(message)
-    if request.get("detach"):  # a long-running command (lmd serve): its pid first
-        conn.sendall(f"{os.getpid()}\\n".encode())
+    pid = os.fork()
+    if pid:  # the parent: back to accepting, its copies closed
+        for fd in fds:
+            os.close(fd)
+        if request.get("detach"):  # a long-running command (lmd serve): its pid first
+            try:
+                conn.sendall(f"{{pid}}\\n".encode())
+            except OSError:
+                pass
+            detached[pid] = conn
+        else:
+            conn.close()
+        reap()
+        continue
+    # the child: none of the warm process's own descriptors or handlers
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    selector.close()
+    os.close(wake_r)
+    os.close(wake_w)
+    listener.close()
+    for other in detached.values():
+        other.close()
+    if request.get("detach"):
+        conn.close()
+        conn = None
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -89,20 +154,25 @@ while True:
             stream.flush()
         except OSError:
             pass
-    try:
-        conn.sendall(str(code).encode())
-    except OSError:
-        pass  # a detached command's caller stopped listening
-    os._exit(0)
+    if conn is not None:
+        try:
+            conn.sendall(str(code).encode())
+        except OSError:
+            pass
+        os._exit(0)
+    os._exit(code)
 """
 
 
 class WarmLmd:
     """The warm process of one page (its environment as the page's `lmd` would have it)."""
 
-    def __init__(self, directory: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self, directory: Path, env: dict[str, str], preload: str = PRELOAD_COMMANDS
+    ) -> None:
         self.directory = directory
         self.env = env
+        self.preload = preload
         self.bin = directory / "bin"
         self.socket_path = directory / "lmd.sock"
         self.proc: subprocess.Popen | None = None
@@ -116,8 +186,9 @@ class WarmLmd:
         client.chmod(0o755)
         self.socket_path.unlink(missing_ok=True)  # a warm process stopped before this one
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", SERVER, str(self.socket_path)],
+            [sys.executable, "-c", SERVER.format(preload=self.preload), str(self.socket_path)],
             env=self.env,
+            cwd=ROOT,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -136,14 +207,38 @@ class WarmLmd:
     def spawn(self, argv: list[str], env: dict[str, str], cwd: Path, output: int) -> int:
         """Start `lmd ARGV` (e.g. serve) in the background, its stdout and stderr to the file
         descriptor `output`; its pid. It stops with the warm process at the latest."""
+        child = self.start_child(argv, env, cwd, output)
+        child.detach()
+        return child.pid
+
+    def start_child(
+        self, argv: list[str], env: dict[str, str], cwd: Path, output: int
+    ) -> WarmChild:
+        """Like spawn, but looked after as a Popen is: poll, wait, send_signal, returncode."""
         import json
         import socket
 
-        with socket.socket(socket.AF_UNIX) as s, open(os.devnull) as devnull:
+        s = socket.socket(socket.AF_UNIX)
+        try:
             s.connect(str(self.socket_path))
-            request = {"argv": argv, "env": env, "cwd": str(cwd), "detach": True}
-            socket.send_fds(s, [json.dumps(request).encode()], [devnull.fileno(), output, output])
-            return int(s.makefile().readline())
+            with open(os.devnull) as devnull:
+                request = {"argv": argv, "env": env, "cwd": str(cwd), "detach": True}
+                socket.send_fds(
+                    s, [json.dumps(request).encode()], [devnull.fileno(), output, output]
+                )
+            return WarmChild(s)
+        except BaseException:
+            s.close()
+            raise
+
+    def same_interpreter(self, env: dict[str, str]) -> bool:
+        """Would a fresh `python` started with env be set up as this warm one was? (Python's
+        own variables decide sys.path, buffering and the like at start-up.)"""
+
+        def interpreter(e: dict[str, str]) -> dict[str, str]:
+            return {k: v for k, v in e.items() if k.startswith(("PYTHON", "LD_"))}
+
+        return interpreter(env) == interpreter(self.env)
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -154,3 +249,65 @@ class WarmLmd:
             self.proc.wait()
             self.proc.stdout.close()
             self.proc = None
+
+
+class WarmChild:
+    """A detached child of a warm process, with the part of Popen's interface tests use: its
+    exit status (negative for a signal) comes on the connection that started it."""
+
+    def __init__(self, conn) -> None:
+        self._conn = conn
+        self._buffer = b""
+        self.returncode: int | None = None
+        line = self._line(None)
+        if line is None:
+            conn.close()
+            raise RuntimeError("the warm lmd closed the connection before it started the command")
+        self.pid = int(line)
+
+    def _line(self, timeout: float | None) -> bytes | None:
+        """The next line from the warm process; None at its end, TimeoutError when none came."""
+        self._conn.settimeout(timeout)
+        while b"\n" not in self._buffer:
+            data = self._conn.recv(64)
+            if not data:
+                return None
+            self._buffer += data
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line
+
+    def _status(self, timeout: float | None) -> bool:
+        if self.returncode is None:
+            try:
+                line = self._line(timeout)
+            except (TimeoutError, BlockingIOError):
+                return False
+            # no status: the warm process itself was stopped, and its session with it
+            self.returncode = int(line) if line is not None else -signal.SIGKILL
+            self._conn.close()
+        return True
+
+    def poll(self) -> int | None:
+        self._status(0.0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._status(timeout):
+            raise subprocess.TimeoutExpired(f"lmd (pid {self.pid})", timeout)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def detach(self) -> None:
+        """Stop listening for its exit status."""
+        if self.returncode is None:
+            self._conn.close()
