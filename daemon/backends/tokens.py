@@ -2,7 +2,11 @@
 that errs on the safe side.
 
 - The server's way: llama-cpp-python, llama.cpp and vLLM expose a tokenize endpoint; once the
-  capability probe found one, `count` asks it (each distinct text once: a bounded cache).
+  capability probe found one, `count` asks it (each distinct text once: a bounded cache). It is
+  never asked from the event loop's thread, where a wait would stall every request: there a
+  text it has not counted yet is counted the next way down. llama-cpp-python answers a tokenize
+  request only between generations (one lock for both), so a request that times out is not
+  repeated, and the server is left alone for a few seconds after.
 - tiktoken downloads its encoding files on first use; offline (as on machines with no network,
   unless the files are in TIKTOKEN_CACHE_DIR) that fails and lmd says so once per
   installation (remembered in the home). LMD_TOKENIZER=estimate skips the attempt.
@@ -18,7 +22,9 @@ import hashlib
 import logging
 import os
 import re
+import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -117,12 +123,29 @@ def use_server(model: str, counter: Callable[[str], int] | None) -> None:
             _servers[model] = counter
 
 
+def _on_event_loop() -> bool:
+    """Whether this thread runs an asyncio event loop (the daemon's request thread)."""
+    asyncio = sys.modules.get("asyncio")  # never imported: no loop (and lmd say stays light)
+    if asyncio is None:
+        return False
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def count(text: str, model: str = "gpt-4.1-mini") -> int:
     """Tokens in `text` for `model`."""
     server = _servers.get(model)
     if server is not None:
         try:
-            return server(text)
+            if not _on_event_loop():
+                return server(text)
+            known = getattr(server, "cached", None)
+            n = known(text) if known is not None else None
+            if n is not None:
+                return n
         except Exception as e:  # noqa: BLE001 - a counter that fails must not fail a turn
             log.debug("the server could not count tokens (%s); estimating", e)
     enc = encoding_for(model)
@@ -141,7 +164,10 @@ def tokenizer_name(model: str = "gpt-4.1-mini") -> str:
 
 class ServerCounter:
     """Counts tokens with a server's tokenize endpoint: a kept-alive connection, one request
-    per distinct text (a bounded cache), a short timeout."""
+    per distinct text (a bounded cache), a short timeout, and a pause after one."""
+
+    TIMEOUT_SECS = 2.0  # a tokenize request takes milliseconds: longer means the server is busy
+    PAUSE_SECS = 10.0  # after a timeout, count without the server this long
 
     def __init__(
         self, root: str, path: str, field: str, key: str, model: str, size: int = 4096
@@ -156,20 +182,43 @@ class ServerCounter:
         self.cache: OrderedDict[bytes, int] = OrderedDict()
         self.size = size
         self._lock = threading.Lock()
+        self._asking = threading.Lock()
         self._conn: Any = None
         self.requests = 0  # sent to the server (the benchmark reads it)
+        self.paused_until = 0.0
 
-    def __call__(self, text: str) -> int:
-        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-        with self._lock:
+    @staticmethod
+    def _digest(text: str) -> bytes:
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+    def _lookup(self, digest: bytes) -> int | None:
+        with self._lock:  # held for a dictionary step only, never across a request
             if digest in self.cache:
                 self.cache.move_to_end(digest)
                 return self.cache[digest]
+        return None
+
+    def cached(self, text: str) -> int | None:
+        """The count of a text already counted, without asking the server; else None."""
+        return self._lookup(self._digest(text))
+
+    def __call__(self, text: str) -> int:
+        digest = self._digest(text)
+        n = self._lookup(digest)
+        if n is not None:
+            return n
+        with self._asking:  # one request at a time on the one connection
+            n = self._lookup(digest)  # counted by another thread meanwhile
+            if n is not None:
+                return n
+            if time.monotonic() < self.paused_until:
+                raise RuntimeError("the tokenize endpoint timed out a moment ago")
             n = self._ask(text)
+        with self._lock:
             self.cache[digest] = n
             if len(self.cache) > self.size:
                 self.cache.popitem(last=False)
-            return n
+        return n
 
     def _ask(self, text: str) -> int:
         import http.client
@@ -183,11 +232,17 @@ class ServerCounter:
         for attempt in (1, 2):  # a kept-alive connection the server closed: once more, new
             if self._conn is None:
                 cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
-                self._conn = cls(self.host, self.port, timeout=5)
+                self._conn = cls(self.host, self.port, timeout=self.TIMEOUT_SECS)
             try:
                 self._conn.request("POST", self.prefix + self.path, data, headers)
                 answer = self._conn.getresponse()
                 payload = answer.read()
+            except TimeoutError:
+                # busy (llama-cpp-python generating for someone): asking again would wait again
+                self._conn.close()
+                self._conn = None
+                self.paused_until = time.monotonic() + self.PAUSE_SECS
+                raise
             except (OSError, http.client.HTTPException):
                 self._conn.close()
                 self._conn = None

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from daemon import directives, sessions
 from daemon.backends.accounting import TurnUsage, begin_turn
-from daemon.errors import LmdError
+from daemon.errors import BackendError, LmdError
 from daemon.modes import Context, record_turn
 from daemon.speak import speak_stream, speakable, unmark
 
@@ -31,6 +31,15 @@ LENGTH_NOTE = (
     '"go on" to hear more.)'
 )
 SHUTDOWN_SENTENCE = "lmd is shutting down and stopped this request; say it again once it is back."
+# A model call that came back without a word (end of sequence first, or the whole length limit
+# spent on hidden reasoning) is said, not passed off as a silent reply.
+EMPTY_SENTENCE = (
+    "The language model ended its answer at once, without a word; say it again, or in other words."
+)
+EMPTY_CUT_SENTENCE = (
+    "The language model reached its length limit without a word of answer; raise "
+    "reply_max_tokens, or ask for something shorter."
+)
 
 
 @dataclass
@@ -71,7 +80,9 @@ async def run_turn(
     say_cut: bool = True,
 ) -> AsyncIterator[str]:
     """Answer one utterance; yields the reply's chunks and fills `outcome`. With
-    `say_cut`, a reply the backend cut at its length limit ends with a sentence saying so."""
+    `say_cut`, a reply the backend cut at its length limit ends with a sentence saying so, and a
+    model answer without a word is a failure that says so (the OpenAI endpoint passes both
+    through as the backend sent them)."""
     async with daemon.locks.hold(session_name):
         outcome.usage = begin_turn()
         settings = daemon.settings()
@@ -144,6 +155,8 @@ async def run_turn(
                 if chunk:
                     chunks.append(chunk)
                     yield chunk
+            if say_cut and not chunks and outcome.usage.calls:
+                raise BackendError(EMPTY_CUT_SENTENCE if outcome.usage.cut else EMPTY_SENTENCE)
             finished = True
         except LmdError as e:
             _record_failure(store, outcome, store_turn, e.message, session)

@@ -34,8 +34,10 @@ OTHER_LANGUAGE = (
     "Format help: your code block was {lang}, not bash; I only run bash. Give one ```bash "
     "block (python3 -c '...' runs Python), or a Final Thought."
 )
-# Fences whose body is a shell command; anything else (```python, ```json) is not run.
-SHELL_FENCES = {"", "bash", "sh", "shell", "console", "zsh"}
+# Fences whose body is a bash command ("shell" is markdown's other name for sh); anything else
+# is not run: ```python, ```json, ```zsh (another shell's syntax), ```console (a transcript,
+# whose output lines would run as commands).
+SHELL_FENCES = {"", "bash", "sh", "shell"}
 
 
 # How to answer, per protocol; the text format's own is in prompt.txt.

@@ -70,9 +70,10 @@ def test_no_backend_configured_means_the_bundled_model_answers(tmp_path):
     home = embedded_home(tmp_path)
     d = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
     try:
-        status, reply, kind = say(d.url, "s1", "dali Say hello.", timeout=120)
-        assert status == 200, reply
-        assert reply.strip() and "language model" not in reply  # the model's words
+        # the README's first line, as a newcomer types it: the bundled model's words
+        ran = lmd_in_process("say", "dali", "hello", "--url", d.url, "--session", "s1")
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.strip() and "language model" not in ran.stdout
         backend = get_json(d.url + "/backend")
         assert backend["model"] == "smollm2-135m-instruct"
         assert backend["endpoint"].startswith("http://127.0.0.1:")

@@ -43,12 +43,16 @@ def post(url: str, body: bytes, headers: dict, timeout: float = 120) -> tuple[in
 def test_dali_plain_json_and_sse(daemon):
     status, text = post(daemon.url + "/v1", b"dali Say hello.", {"X-Session": "p"})
     assert status == 200 and text.strip()
-    status, body = post(daemon.url + "/v1", b"dali Say hi.", {"X-Session": "j", **JSON})
+    status, body = post(daemon.url + "/v1", b"dali Tell a long story.", {"X-Session": "j", **JSON})
     data = json.loads(body)
     assert status == 200 and data["mode"] == "dali" and data["reply"].strip()
-    # 24 tokens: this model nearly always runs on; when it did, it is said
-    if data.get("finish_reason") == "length":
-        assert data["reply"].endswith(LENGTH_NOTE)
+    # 24 tokens of a long story: the server said "length"; the reply says it was cut, and the
+    # history keeps it marked as cut
+    assert data["finish_reason"] == "length" and data["reply"].endswith(LENGTH_NOTE)
+    with urllib.request.urlopen(daemon.url + "/history?session=j", timeout=30) as r:
+        stored = json.loads(r.read())["prompts"][-1]
+    assert stored["role"] == "assistant" and stored["status"] == "cut"
+    assert stored["content"].endswith(LENGTH_NOTE)
     status, body = post(
         daemon.url + "/v1",
         b"dali Count to three.",
@@ -175,3 +179,16 @@ def test_concurrent_turns_share_the_one_at_a_time_server(daemon):
     for t in threads:
         t.join()
     assert [r[0] for r in results] == [200, 200, 200], results
+
+
+def test_the_embedded_server_answers_only_with_its_key(real_model):
+    """Other local users can reach a loopback port; without the daemon's random key they get a
+    401 from every endpoint, the model's included."""
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+    for path, data in (("/models", None), ("/chat/completions", body.encode())):
+        for auth in ({}, {"Authorization": "Bearer not-the-key"}):
+            req = urllib.request.Request(real_model.url + path, data, {**CT, **auth})
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req, timeout=60)
+            assert e.value.code == 401, (path, auth)
+    assert len(real_model.key) >= 32  # secrets.token_urlsafe(24): 192 random bits

@@ -149,3 +149,43 @@ def test_counts_are_stored_once_at_insert(client, backend):
     client.post("/v1", content="dali " + "word " * 40)
     rows = client.get("/history").json()["prompts"]
     assert rows[0]["tokens"] == tokens.estimate(("word " * 40).strip())
+
+
+def stand_in_counter(backend) -> tokens.ServerCounter:
+    """The stand-in's tokenize endpoint (a token a word) as the counter of model "m"."""
+    backend.capabilities["tokenize"] = True
+    counter = tokens.ServerCounter(
+        backend.url.removesuffix("/v1"), "/extras/tokenize", "input", "k", "m"
+    )
+    tokens.use_server("m", counter)
+    return counter
+
+
+def test_the_server_is_never_asked_from_the_event_loop(fresh, backend):
+    """A wait there would stall every request of the daemon: a text the server has counted
+    keeps its count, a new one is counted the next way down (here the estimate)."""
+    import asyncio
+
+    counter = stand_in_counter(backend)
+    assert tokens.count("one two three", "m") == 3  # off the loop: the server counts
+
+    async def on_the_loop() -> tuple[int, int]:
+        return tokens.count("one two three", "m"), tokens.count("four five", "m")
+
+    assert asyncio.run(on_the_loop()) == (3, tokens.estimate("four five"))
+    assert counter.requests == 1
+
+
+def test_a_busy_tokenize_endpoint_is_asked_once_then_left_alone(fresh, backend):
+    """llama-cpp-python answers tokenize only between generations: a count that times out is
+    not asked again at once, and the next texts are counted without the server for a while."""
+    counter = stand_in_counter(backend)
+    counter.TIMEOUT_SECS = 0.2
+    backend.latency = 1.0  # the stand-in answers its tokenize endpoint after a second
+    assert tokens.count("a b c d", "m") == tokens.estimate("a b c d")
+    assert tokens.count("e f", "m") == tokens.estimate("e f")
+    asked = [p for p in backend.probes if p.path.endswith("/tokenize")]
+    assert len(asked) == 1 and counter.paused_until > 0
+    counter.paused_until = 0.0  # the pause is over: the server counts again
+    backend.latency = 0.0
+    assert tokens.count("e f", "m") == 2

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from daemon.backends.llm import alternate_roles, context_overflow
-from daemon.http.turn import LENGTH_NOTE
+from daemon.http.turn import EMPTY_CUT_SENTENCE, EMPTY_SENTENCE, LENGTH_NOTE
 from tests.daemons import configure
 from tests.fake_backend import Reply
 
@@ -44,6 +44,30 @@ def test_a_reply_cut_by_length_is_said_and_stored_as_cut(client, backend):
     backend.queue("The end.")
     r = client.post("/v1", content="dali and then?", headers=JSON)
     assert r.json()["reply"] == "The end." and "finish_reason" not in r.json()
+
+
+@pytest.mark.parametrize(
+    ("finish", "said"), [("stop", EMPTY_SENTENCE), ("length", EMPTY_CUT_SENTENCE)]
+)
+def test_an_answer_without_a_word_is_said_not_silent(client, backend, finish, said):
+    """End of sequence first, or the whole limit spent on hidden reasoning: an empty reply
+    would be silence to a voice user. It is a failure that says so, and leaves the context."""
+    backend.queue(Reply("", finish_reason=finish))
+    r = client.post("/v1", content="dali hello", headers=JSON)
+    assert r.status_code == 502 and r.json()["error"] == said
+    assert [p["status"] for p in history(client)[-2:]] == ["failed", "error"]
+    backend.queue("hi")
+    assert client.post("/v1", content="dali again").text == "hi\n"
+    assert backend.chat_requests[-1]["messages"] == [{"role": "user", "content": "again"}]
+    # the OpenAI endpoint passes the backend's empty answer through as it came
+    backend.queue(Reply("", finish_reason=finish))
+    r = client.post(
+        "/v1/chat/completions",
+        json={"model": "lmd", "messages": [{"role": "user", "content": "x"}]},
+    )
+    choice = r.json()["choices"][0]
+    assert r.status_code == 200 and choice["message"]["content"] == ""
+    assert choice["finish_reason"] == finish
 
 
 def test_the_openai_endpoint_passes_finish_reason_and_counts_the_whole_context(client, backend):

@@ -435,8 +435,11 @@ def test_remember_to_do_something_is_a_task_not_a_promotion(marat, backend):
         ("Thought: list.\n```bash\nls -a\n```", "ls -a"),
         ("Thought: list.\n```sh\nls -a\n```", "ls -a"),
         ("Thought: list.\n```\nls -a\n```", "ls -a"),
+        ("Thought: list.\n```shell\nls -a\n```", "ls -a"),
         ("Thought: run it.\n```python\nimport os; os.remove('x')\n```", None),
         ('Thought: data.\n```json\n{"a": 1}\n```', None),
+        ("Thought: list.\n```console\n$ ls\nnotes.txt\n```", None),  # output would run
+        ("Thought: list.\n```zsh\nls **/*(.)\n```", None),
     ],
 )
 def test_only_shell_fences_are_commands(reply, command):
