@@ -32,14 +32,36 @@ INLINE_CODE = re.compile(r"`+([^`]+)`+")
 VERBATIM_OPEN, VERBATIM_CLOSE = "\ue000", "\ue001"
 
 
+# Characters a reader cannot see: control characters but newline and tab (an escape sequence
+# can hide the rest of a line on a terminal, and `lmd say` removes it whole), and the Unicode
+# ones that are invisible or reorder what is shown (zero-width, bidirectional overrides).
+INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064"
+    "\u2066-\u2069\ufeff\ue000\ue001]"
+)
+
+
+def visible(text: str) -> str:
+    """`text` with each invisible character written out (\\x1b, \\u202e), and a sentence
+    saying so after it: what a question shows may not hide part of what runs."""
+    found = INVISIBLE.findall(text)
+    if not found:
+        return text
+
+    def named(m: re.Match) -> str:
+        code = ord(m.group())
+        return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+    n = len(found)
+    what = "an invisible character" if n == 1 else f"{n} invisible characters"
+    return f"{INVISIBLE.sub(named, text)}\n(It holds {what}, written out as \\x.. or \\u....)"
+
+
 def verbatim(text: str) -> str:
     """`text` marked so that plain, spoken and streamed replies carry it character for
-    character (markdown clean-up would drop a line starting ``` or a `*`)."""
-    return (
-        VERBATIM_OPEN
-        + text.replace(VERBATIM_OPEN, "").replace(VERBATIM_CLOSE, "")
-        + (VERBATIM_CLOSE)
-    )
+    character (markdown clean-up would drop a line starting ``` or a `*`); an invisible
+    character is written out (`visible`), so no terminal or clean-up can hide a part."""
+    return VERBATIM_OPEN + visible(text) + VERBATIM_CLOSE
 
 
 def unmark(text: str) -> str:

@@ -28,6 +28,7 @@ from daemon.api import (
     project_memory,
     rules,
     sandbox,
+    unmark,
     verbatim,
 )
 
@@ -217,8 +218,9 @@ def _pending_approval(ctx: Context) -> dict | None:
 def question(command: str, why: str = "", marked: bool = False) -> str:
     """The question that asks for a yes: the exact command, every line and character (marked
     verbatim for the reply, so no plain, spoken or streamed form drops a line starting ``` or
-    a `*`); a command of several lines says so first, for a voice."""
-    shown = verbatim(command) if marked else command
+    a `*`, and an invisible character written out); a command of several lines says so first,
+    for a voice. Unmarked, it is the same text (what the history keeps)."""
+    shown = verbatim(command) if marked else unmark(verbatim(command))
     lines = command.count("\n") + 1
     if lines > 1:
         asked = (
@@ -566,7 +568,7 @@ def tool_question(tool: Any, arguments: dict, marked: bool = False) -> str:
     """The question before an MCP call: the tool, its server, its exact arguments, and the
     server's own hints (shown, never trusted)."""
     shown = json.dumps(arguments, ensure_ascii=False, sort_keys=True)
-    shown = verbatim(shown) if marked else shown
+    shown = verbatim(shown) if marked else unmark(verbatim(shown))
     hints = tool.said_hints()
     asked = (
         f"I am about to call the tool {tool.name} of the MCP server {tool.server} with "

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.speak import Speaker, speakable
+from daemon.speak import Speaker, speakable, unmark, verbatim, visible
 from tests.fake_backend import Reply
 
 LMD = str(Path(sys.executable).parent / "lmd")
@@ -145,3 +145,17 @@ def test_speak_plain_replies_setting(make_client, backend):
     assert "```python" in off
     body = c.post("/v1", content="c", headers={"Accept": "application/json"}).json()
     assert body["reply"] == FENCED and "speech" not in body
+
+
+def test_verbatim_writes_out_what_a_reader_cannot_see():
+    """A question's command may not hide a part: an escape sequence (which a terminal, or
+    `lmd say`'s clean-up, takes with the rest of its line), a bidirectional override, a
+    zero-width space, even the verbatim marks themselves are written out, never dropped."""
+    assert visible("ls -la\n\tgrep x") == "ls -la\n\tgrep x"  # newline and tab are seen
+    shown = unmark(verbatim("ls \x1b]0;t\x07; rm -rf ~ \u202e\u200b\ue000"))
+    assert shown.startswith("ls \\x1b]0;t\\x07; rm -rf ~ \\u202e\\u200b\\ue000\n")
+    assert shown.endswith("(It holds 5 invisible characters, written out as \\x.. or \\u....)")
+    assert (
+        visible("\x9b")
+        == "\\x9b\n(It holds an invisible character, written out as \\x.. or \\u....)"
+    )
