@@ -121,8 +121,20 @@ def registry_path() -> Path:
     return Path(state) / "lmd" / "homes"
 
 
+_REGISTERED: list[str] = []  # this process's own: hidden even if the registry cannot be written
+
+
 def register_home(*paths: Path | str) -> None:
-    """Add paths (a home, a --token-file) to the registry; best effort, never fatal."""
+    """Add paths (a home, a --token-file) to the registry; best effort, never fatal. This
+    process keeps its own too (`registered_here`): a registry that cannot be written (a
+    read-only home) must not leave the running daemon's token file readable."""
+    for p in paths:
+        try:
+            here = str(Path(p).resolve())
+        except (OSError, RuntimeError):  # a symlink loop
+            here = os.path.abspath(p)
+        if here not in _REGISTERED:
+            _REGISTERED.append(here)
     reg = registry_path()
     try:
         known = set(known_homes())
@@ -146,6 +158,11 @@ def register_home(*paths: Path | str) -> None:
             f.write("".join(p + "\n" for p in new))
     except OSError:
         pass
+
+
+def registered_here() -> list[str]:
+    """The homes and token files this process registered (the running daemon's own)."""
+    return list(_REGISTERED)
 
 
 def known_homes() -> list[str]:

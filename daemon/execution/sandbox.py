@@ -163,13 +163,14 @@ def hidden_paths(home: str, lmd_home: str | None, extra: list[str] | tuple[str, 
     """The secret places to hide: well-known ones under `home`, LMD_HOME, the user's extra ones
     and the session runtime directory (sockets of ssh-agent, gpg-agent, D-Bus). Symlinks are
     hidden at both ends."""
-    from daemon.home import default_home, known_homes
+    from daemon.home import default_home, known_homes, registered_here
 
     wanted = [os.path.join(home, rel) for rel in SECRET_HOME_PATHS]
     if lmd_home:
         wanted.append(str(lmd_home))
-    # every lmd home and token file this user's daemons used, and the default home
-    wanted += [*known_homes(), str(default_home())]
+    # every lmd home and token file this user's daemons used (this daemon's own even where the
+    # list could not be written), and the default home
+    wanted += [*registered_here(), *known_homes(), str(default_home())]
     wanted += [os.path.expanduser(str(p)) for p in extra]
     runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
     wanted.append(runtime)

@@ -81,3 +81,29 @@ def test_the_registry_of_homes_forgets_deleted_ones(tmp_path, monkeypatch):
     assert known_homes() == [str(second.resolve())]
     mode = (tmp_path / "state" / "lmd" / "homes").stat().st_mode & 0o777
     assert mode == 0o600
+
+
+def test_the_running_daemons_token_file_is_hidden_without_the_registry(tmp_path, monkeypatch):
+    """The registry cannot be written (a read-only home, a full disk): the daemon's own token
+    file, given with --token-file outside any home, stays hidden all the same."""
+    from daemon import home as lmd_home
+
+    blocked = tmp_path / "state"
+    blocked.write_text("a file where the registry's folder would go\n")
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocked))
+    monkeypatch.setattr(lmd_home, "_REGISTERED", [])
+    token_file = tmp_path / "etc" / "lmd.token"
+    token_file.parent.mkdir()
+    token_file.write_text(f"{KEY}\n")
+    register_home(tmp_path / "running-home", token_file)
+    assert known_homes() == []  # nothing could be listed
+    for d in (tmp_path, token_file.parent):
+        d.chmod(0o755)  # as root the command runs as nobody: only the hiding may stop it
+    token_file.chmod(0o644)
+    policy = sandbox.policy_from_settings(settings(), sandbox.READ_ONLY, str(tmp_path))
+    out = asyncio.run(
+        run_command(
+            f"cat {token_file} 2>&1; rev {token_file}", str(tmp_path), 20, 4000, sandbox=policy
+        )  # fmt: skip
+    ).output
+    assert KEY not in out and KEY[::-1] not in out
