@@ -390,6 +390,13 @@ def _detect_bwrap() -> Availability:
             "lmd runs as root and no pids cgroup can be made, so the process limit is not "
             "enforced (the kernel ignores it for root); run lmd as an ordinary user."
         )
+    if "--size" not in features:
+        bound = "the command's memory cgroup" if found.memory_cgroup else "the machine's memory"
+        warnings.append(
+            "This bwrap cannot cap the size of a tmpfs (--size came with bubblewrap 0.8), so the "
+            f"sandbox's private /tmp is bounded only by {bound}, and it gets no /dev/shm; "
+            "install a newer bubblewrap."
+        )
     if found.memory_cgroup is None:
         warnings.append(
             "No memory cgroup can be made here, so memory is limited per process, not per "
@@ -799,10 +806,11 @@ def bwrap_args(
         if os.path.exists(part):
             a += ["--ro-bind", part, part]
     # /dev: bwrap's minimal one (null, zero, full, random, urandom, tty, pts, fd links),
-    # read-only but for a small /dev/shm; no tmpfs without a size cap
+    # read-only but for a small /dev/shm; no tmpfs without a size cap (a bwrap before 0.8
+    # cannot cap one: then there is no /dev/shm)
     if "--size" in features:
-        a += ["--size", str(SHM_MB * 1024 * 1024)]
-    a += ["--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+        a += ["--size", str(SHM_MB * 1024 * 1024), "--tmpfs", "/dev/shm"]
+    a += ["--remount-ro", "/dev"]
     if "--size" in features:
         a += ["--size", str(max(64, policy.limits.file_size_mb) * 1024 * 1024)]
     a += ["--tmpfs", "/tmp"]

@@ -86,7 +86,8 @@ def test_bwrap_args_read_only(tmp_path):
     top = "/" + "/".join(Path(os.path.realpath(tmp_path)).parts[1:3])
     k = a.index(top)
     assert a[k - 1] == "--ro-bind" and k > a.index("/tmp")
-    assert "--size" not in sandbox.bwrap_args(pol)  # old bwrap: option left out
+    old = sandbox.bwrap_args(pol)  # a bwrap before 0.8: no size cap, so no /dev/shm
+    assert "--size" not in old and "/dev/shm" not in old and "--remount-ro" in old
 
 
 def test_bwrap_args_workspace_write_keeps_git_read_only_and_secrets_hidden(tmp_path):
@@ -176,6 +177,32 @@ def test_detection_when_bwrap_cannot_build_namespaces(tmp_path, monkeypatch):
     assert not found.available
     assert "No permissions to create new namespace" in found.reason
     assert "Docker" in found.remedy and "unprivileged_userns_clone" in found.remedy
+
+
+def test_detection_says_what_is_not_bounded_here(monkeypatch):
+    """A bwrap that cannot cap a tmpfs, and no memory cgroup (an ordinary user without a
+    delegated cgroup): the sandbox runs, and says what it cannot bound."""
+    where = Path(tempfile.mkdtemp(prefix="lmd-old-bwrap-"))
+    where.chmod(0o755)  # as root the probe runs it as nobody
+    fake = where / "bwrap"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = --help ]; then echo "    --unshare-net  New network namespace"; fi\n'
+        "exit 0\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("LMD_BWRAP", str(fake))
+    monkeypatch.setattr(sandbox, "_memory_cgroup_base", lambda: None)
+    try:
+        found = sandbox.detect(refresh=True)
+    finally:
+        monkeypatch.undo()
+        sandbox.detect(refresh=True)
+        shutil.rmtree(where)
+    assert found.available and "memory per process" in found.reason
+    said = found.sentence()
+    assert "No memory cgroup can be made here" in said and "Delegate=yes" in said
+    assert "cannot cap the size of a tmpfs" in said and "the machine's memory" in said
 
 
 @pytest.mark.bwrap
