@@ -15,6 +15,10 @@ The list comes from what real tools read and run:
   (script-shell, node-options), Gemfile;
 - the shell and editors: .envrc (direnv runs it on `cd`), mise/asdf configuration, .vscode and
   .idea task and launch files, .pre-commit-config.yaml, husky and lefthook hooks;
+- Python's start-up: a virtual environment (`.venv`, `venv`, or any folder holding a
+  pyvenv.cfg: its `bin/activate`, its scripts, and the `*.pth` files in site-packages, whose
+  import lines every Python of that environment runs), `*.pth`, sitecustomize.py and
+  usercustomize.py anywhere;
 - and any executable bit, anywhere.
 """
 
@@ -34,10 +38,11 @@ PROTECTED_NAMES = (
     "noxfile.py", "conftest.py", "pytest.ini", "package.json", ".npmrc", ".yarnrc",
     ".yarnrc.yml", "Gemfile", ".envrc", ".mise.toml", "mise.toml", ".tool-versions",
     ".pre-commit-config.yaml", "lefthook.yml", ".lefthook.yml", ".gitattributes",
-    ".gitmodules",
+    ".gitmodules", "*.pth", "sitecustomize.py", "usercustomize.py",
 )  # fmt: skip
 # Directories whose every file is protected.
-PROTECTED_DIRS = (".git", ".vscode", ".idea", ".husky", ".githooks")
+PROTECTED_DIRS = (".git", ".vscode", ".idea", ".husky", ".githooks", ".venv", "venv")
+VENV_MARK = "pyvenv.cfg"  # a virtual environment of any name
 
 
 def hooks_path(repo: str) -> str | None:
@@ -86,10 +91,10 @@ def protected_in(root: str, limit: int = 20000) -> list[str]:
     for here, dirs, files in os.walk(root):
         seen += len(dirs) + len(files)
         for d in list(dirs):
-            if d in PROTECTED_DIRS:
+            if d in PROTECTED_DIRS or os.path.isfile(os.path.join(here, d, VENV_MARK)):
                 found.append(os.path.join(here, d))
                 dirs.remove(d)  # bound whole: nothing inside to list
-            elif d in ("node_modules", "__pycache__", ".venv", "venv"):
+            elif d in ("node_modules", "__pycache__"):
                 dirs.remove(d)  # big and not what other tools run from here
         rel = os.path.relpath(here, root)
         for f in files:

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from daemon.execution.protected import protected_in, why_protected
+from daemon.execution.protected import PROTECTED_DIRS, PROTECTED_NAMES, protected_in, why_protected
 from tests.daemons import SANDBOX_PYTHON, writable_by_others
 
 from .conftest import make_repo
@@ -80,6 +80,28 @@ def test_the_protected_list_knows_what_tools_run():
     assert why_protected("src/calc.py") is None and why_protected("README.md") is None
 
 
+@pytest.mark.parametrize("name", [n.replace("*", "x") for n in PROTECTED_NAMES])
+def test_every_file_on_the_list_is_protected_at_any_depth(name):
+    assert why_protected(name) and why_protected(f"a/b/{name}")
+
+
+@pytest.mark.parametrize("folder", PROTECTED_DIRS)
+def test_every_folder_on_the_list_is_protected_whole(folder, tmp_path):
+    assert why_protected(f"{folder}/x") and why_protected(f"a/{folder}/b/c")
+    (tmp_path / "a" / folder).mkdir(parents=True)
+    assert str(tmp_path / "a" / folder) in protected_in(str(tmp_path))
+
+
+def test_a_virtual_environment_of_any_name_is_protected(tmp_path):
+    """Every Python of an environment runs the import lines of its site-packages' *.pth files
+    at start-up: a build that planted one there would run later, outside the sandbox."""
+    env = tmp_path / "pyenv"
+    (env / "lib" / "site-packages").mkdir(parents=True)
+    (env / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert str(env) in protected_in(str(tmp_path))
+    assert why_protected("src/evil.pth") and why_protected("sitecustomize.py")
+
+
 @pytest.mark.bwrap
 def test_a_sandboxed_build_cannot_plant_in_nested_repositories_or_build_files(
     make_client, tmp_path, monkeypatch
@@ -92,12 +114,16 @@ def test_a_sandboxed_build_cannot_plant_in_nested_repositories_or_build_files(
     nested.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(nested)], check=True)
     (repo / "Makefile").write_text("all:\n\ttrue\n")
+    site = repo / "env" / "lib" / "site-packages"  # a virtual environment, named as its user likes
+    site.mkdir(parents=True)
+    (repo / "env" / "pyvenv.cfg").write_text("home = /usr/bin\n")
     writable_by_others(repo)
     config = (nested / ".git" / "config").read_text()
     assert str(nested / ".git") in protected_in(str(repo))
     build = (
         f"echo '[core]\n\tfsmonitor = evil' >> vendor/lib/.git/config; "
         "echo 'x:' >> Makefile; mkdir -p sub && echo 'all:' > sub/Makefile; "
+        "echo 'import os' > env/lib/site-packages/evil.pth; echo 'import os' > sitecustomize.py; "
         f"{SANDBOX_PYTHON} -B check.py"
     )
     c = make_client(cobol_build_command=build, sandbox_level="workspace-write")
@@ -106,6 +132,7 @@ def test_a_sandboxed_build_cannot_plant_in_nested_repositories_or_build_files(
     assert (nested / ".git" / "config").read_text() == config  # read-only in the sandbox
     assert (repo / "Makefile").read_text() == "all:\n\ttrue\n"
     assert not (repo / "sub" / "Makefile").exists()  # created, then removed
+    assert not (site / "evil.pth").exists() and not (repo / "sitecustomize.py").exists()
     assert "sub/Makefile" in out["build"]["output"] and "lmd removed" in out["build"]["output"]
 
 
