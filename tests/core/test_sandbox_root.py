@@ -196,3 +196,52 @@ def test_memory_is_limited_for_the_whole_command_not_each_process(tmp_path):
         watcher.join()
     assert not r.timed_out and "end=" in r.output  # the cgroup ended it, not the timeout
     assert limit_mb * 0.5 * 2**20 < peak["bytes"] <= limit_mb * 1.02 * 2**20, peak
+
+
+def test_sys_stays_unwritable(tmp_path):
+    """/sys is part of the read-only root, and nobody may not write root's files there."""
+    knob = Path("/sys/module/printk/parameters/time")
+    if not knob.exists():
+        pytest.skip(f"{knob} is not on this kernel")
+    value = knob.read_text().strip()
+    try:  # the same value back: root on the host may, so the sandbox's refusal means something
+        knob.write_text(value)
+    except OSError as e:
+        pytest.skip(f"{knob} is not writable here even for root ({e})")
+    out = run(f"echo {value} > {knob}; echo rc=$?", tmp_path)
+    assert "rc=1" in out and knob.read_text().strip() == value
+
+
+def test_a_directory_nobody_may_enter_asks_saying_why(tmp_path, make_client, backend):
+    """As root, marat's read-only command would run as nobody, who cannot enter a directory
+    only root may: it asks instead of running, and says why."""
+    from tests.plugins.marat.conftest import action
+
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    backend.queue(action("ls"))
+    c = make_client(marat_approval="unsafe", sandbox_level="read-only")
+    r = c.post(
+        "/v1",
+        content="marat list the files",
+        headers={"Accept": "application/json", "X-Cwd": str(private)},
+    )
+    body = r.json()
+    assert body["pending"] is not None and body["pending"]["command"] == "ls"
+    assert "who may not enter" in body["reply"] and str(private) in body["reply"]
+
+
+def test_without_setpriv_there_is_no_sandbox_and_everything_asks(monkeypatch):
+    """As root the sandbox needs setpriv to drop to nobody; without it, no sandbox (so every
+    command asks), never a sandbox whose commands run as root."""
+    which = sandbox.shutil.which
+    monkeypatch.setattr(
+        sandbox.shutil, "which", lambda name, *a, **k: None if name == "setpriv" else which(name)
+    )
+    try:
+        found = sandbox.detect(refresh=True)
+    finally:
+        monkeypatch.undo()
+        sandbox.detect(refresh=True)
+    assert not found.available
+    assert "needs setpriv" in found.reason and "util-linux" in found.remedy
