@@ -116,6 +116,22 @@ def test_read_only_level_asks_as_before(make_client, world):
     assert out["reply"].startswith("Build failed") and out["build"]["sandbox"] == "none"
 
 
+def test_a_yes_to_a_build_does_not_cover_build_files_changed_since(make_client, world):
+    """The question is bound to the build's files as they were: a Makefile written between the
+    question and the yes makes it ask again, naming it, and nothing runs meanwhile."""
+    repo = world["repo"]
+    marker = repo / "ran.txt"
+    c = make_client(cobol_build_command=f"make -s 2>/dev/null; {BUILD}")
+    out = say(c, repo, "cobol compile")
+    assert out["pending"] is not None and not out["pending"].get("inputs", {}).get("Makefile")
+    (repo / "Makefile").write_text(f"all:\n\ttouch {marker}\n")  # e.g. the model's earlier fix
+    out = say(c, repo, "yes")
+    assert out["pending"] is not None and "the build's files changed (Makefile)" in out["reply"]
+    assert not marker.exists()
+    out = say(c, repo, "yes")  # now the yes is to the build as it is
+    assert marker.exists() and out["build"]["sandbox"] == "none"
+
+
 def test_workspace_write_refused_for_the_home_directory(make_client, world, monkeypatch):
     repo = world["repo"]
     monkeypatch.setenv("HOME", str(repo))  # the repository is the home directory
