@@ -775,6 +775,24 @@ def test_answers_run_concurrently_and_accept_json_qa(tmp_path, home, backend):
     ]
 
 
+def test_leaderboard_and_matrix_csv_neutralise_model_names(tmp_path, home):
+    """Model names come from models' configs and battle files: in lmd's CSV a formula name is
+    text (a leading apostrophe), never a cell a spreadsheet runs."""
+    import csv
+    import io
+
+    evil, at = '=HYPERLINK("http://x","y")', "@SUM(A1)"
+    f = write_csv(
+        tmp_path / "b.csv",
+        ["model_a", "model_b", "winner"],
+        [[evil, "y", "model_a"], ["y", evil, "tie"], [at, "y", "model_b"], [evil, at, "model_a"]],
+    )
+    for args in (["leaderboard", str(f), "--format", "csv"], ["matrix", str(f)]):
+        cells = [c for row in csv.reader(io.StringIO(ok(lmd(home, "elo", *args)))) for c in row]
+        assert "'" + evil in cells and "'" + at in cells, args
+        assert not any(c.startswith(("=", "+", "@", "\t", "\r")) for c in cells), args
+
+
 def test_matrices_as_csv(tmp_path, home):
     f = write_csv(
         tmp_path / "b.csv",
