@@ -72,8 +72,10 @@ async def compile_request(job: Job, fix: bool) -> AsyncIterator[str]:
         if why_not:
             question += f" (It cannot run in the sandbox at once: {why_not}.)"
         pending = {"action": "fix" if fix else "compile", "repo": job.repo, "command": command}
-        # the yes covers the build as it is now: its command and the files it runs
+        # the yes covers the build as it is now: its command and the files it runs (their
+        # text too, to show what changed should they change before the yes)
         pending["inputs"] = build_inputs(job.repo)
+        pending["snapshot"] = build_snapshot(job.repo)
         yield ask(job.ctx, question, {**pending, "why": why})
         return
     if fix:
@@ -272,6 +274,54 @@ def build_inputs(repo: str) -> dict[str, str]:
             with open(path, "rb") as f:
                 found[os.path.relpath(path, repo)] = hashlib.sha256(f.read()).hexdigest()
     return found
+
+
+# Build files kept with a question to show a change of: each one up to 32 KiB, all of them up
+# to 256 KiB (the rest are named only).
+SNAPSHOT_BYTES, SNAPSHOT_TOTAL = 32 * 1024, 256 * 1024
+
+
+def _text(path: str) -> str | None:
+    """A build file's text when it is small UTF-8 text and no symbolic link (a link could name
+    a secret outside the repository), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(SNAPSHOT_BYTES + 1)
+        return None if len(data) > SNAPSHOT_BYTES else data.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def build_snapshot(repo: str) -> dict[str, str]:
+    """{path: text} of the build files small enough to show a change of."""
+    found, size = {}, 0
+    for path in protected_in(repo):
+        if os.path.isfile(path) and (text := _text(path)) is not None:
+            size += len(text)
+            if size > SNAPSHOT_TOTAL:
+                break
+            found[os.path.relpath(path, repo)] = text
+    return found
+
+
+def what_changed(repo: str, asked: dict, snapshot: dict[str, str], changed: list[str]) -> str:
+    """A unified diff of the build files changed since the question (`asked`: their hashes
+    then, `snapshot`: their text then); a file too large or not text is left out (it is
+    named all the same)."""
+    import difflib
+
+    parts: list[str] = []
+    for rel in changed:
+        path = os.path.join(repo, rel)
+        before = snapshot.get(rel, None if rel in asked else "")  # "" : it is new
+        now = _text(path) if os.path.lexists(path) else ""  # "" : it is gone
+        if before is None or now is None:
+            continue
+        parts += difflib.unified_diff(
+            before.splitlines(keepends=True), now.splitlines(keepends=True), f"a/{rel}", f"b/{rel}"
+        )
+    return "".join(parts)
 
 
 def changed_inputs(repo: str, asked: dict[str, str]) -> list[str]:

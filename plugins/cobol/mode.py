@@ -10,15 +10,17 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-from daemon.api import Context, approval_allowed
+from daemon.api import Context, approval_allowed, verbatim
 
 from . import focus, patches
 from .compiling import (
     build_inputs,
+    build_snapshot,
     changed_inputs,
     compile_and_fix,
     compile_once,
     compile_request,
+    what_changed,
 )
 from .edits import apply_and_record, edit, show_diff, undo
 from .intents import HELP, classify, yes_or_no
@@ -108,15 +110,22 @@ async def _resume(ctx: Context, pending: dict, yes: bool) -> AsyncIterator[str]:
         patch = patches.parse(pending["patch"])
         yield await apply_and_record(job, patch)
     elif pending["action"] in ("compile", "fix"):
-        changed = changed_inputs(job.repo, pending.get("inputs") or {})
+        asked = pending.get("inputs") or {}
+        changed = changed_inputs(job.repo, asked)
         if changed:
             # the build's files changed after the question: the yes was not for these
             shown = ", ".join(changed[:5])
+            diff = what_changed(job.repo, asked, pending.get("snapshot") or {}, changed)
+            seen = f" What changed:\n{verbatim(diff.rstrip())}\n" if diff else " "
             yield ask(
                 ctx,
                 f"Since I asked, the build's files changed ({shown}); {pending['command']} "
-                "would run them as they are now. Shall I run it? Say yes or no.",
-                {**pending, "inputs": build_inputs(job.repo)},
+                f"would run them as they are now.{seen}Shall I run it? Say yes or no.",
+                {
+                    **pending,
+                    "inputs": build_inputs(job.repo),
+                    "snapshot": build_snapshot(job.repo),
+                },
             )
         elif pending["action"] == "compile":
             yield await compile_once(job, pending["command"], pending.get("why"))

@@ -118,7 +118,7 @@ def test_read_only_level_asks_as_before(make_client, world):
 
 def test_a_yes_to_a_build_does_not_cover_build_files_changed_since(make_client, world):
     """The question is bound to the build's files as they were: a Makefile written between the
-    question and the yes makes it ask again, naming it, and nothing runs meanwhile."""
+    question and the yes makes it ask again, showing the change, and nothing runs meanwhile."""
     repo = world["repo"]
     marker = repo / "ran.txt"
     c = make_client(cobol_build_command=f"make -s 2>/dev/null; {BUILD}")
@@ -127,6 +127,8 @@ def test_a_yes_to_a_build_does_not_cover_build_files_changed_since(make_client, 
     (repo / "Makefile").write_text(f"all:\n\ttouch {marker}\n")  # e.g. the model's earlier fix
     out = say(c, repo, "yes")
     assert out["pending"] is not None and "the build's files changed (Makefile)" in out["reply"]
+    assert "What changed:\n--- a/Makefile\n+++ b/Makefile\n" in out["reply"]
+    assert f"+\ttouch {marker}\n" in out["reply"]  # shown as it would run
     assert not marker.exists()
     out = say(c, repo, "yes")  # now the yes is to the build as it is
     assert marker.exists() and out["build"]["sandbox"] == "none"
