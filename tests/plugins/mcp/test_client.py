@@ -6,6 +6,7 @@ arguments, run only after the user's yes, the result cut and cleaned; and the ba
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -322,7 +323,8 @@ def test_a_rule_lets_a_tool_run_without_a_question_and_forbid_refuses(
     marat, tools_backend, tmp_path, home
 ):
     """The user's rules for MCP tools (mcp:SERVER:TOOL): an allow runs the tool at once,
-    audited with the rule; a forbid never runs it, and the model is told."""
+    audited with the rule; a forbid never runs it, the model and the user are told, and the
+    audit keeps the refusal."""
     from daemon.rules import add_rule
     from daemon.store import Store
 
@@ -333,12 +335,81 @@ def test_a_rule_lets_a_tool_run_without_a_question_and_forbid_refuses(
     store.close()
     client = marat()
     tools_backend.queue(call("mcp__t__write_note", line="ruled"), call("mcp__t__crash"), FINAL)
-    assert post(client, "marat take a note")["reply"] == "Done."
+    assert post(client, "marat take a note")["reply"] == (
+        f"Done. I did not call crash of t: your rule {forbid.id} forbids it."
+    )
     assert (tmp_path / "notes.log").read_text() == "ruled\n"
     told = json.dumps(tools_backend.chat_requests[-1]["messages"])
     assert "noted: ruled" in told and "the user's rules forbid this tool" in told
     rows = client.get("/marat/commands?session=b").json()["commands"]
-    assert [(r["command"], r["approval"], r["answer"]) for r in rows] == [
-        ('mcp:t:write_note {"line": "ruled"}', "rule", f"rule {allow.id}: {allow.sentence()}")
+    assert [(r["command"], r["approval"], r["answer"], r["rule_id"]) for r in rows] == [
+        (
+            'mcp:t:write_note {"line": "ruled"}',
+            "rule",
+            f"rule {allow.id}: {allow.sentence()}",
+            allow.id,
+        ),
+        ("mcp:t:crash {}", "forbidden", None, forbid.id),
     ]
     assert forbid.decision == "forbid" and forbid.id != allow.id
+
+
+def test_spoken_rules_for_a_tool_are_tool_rules(marat, tools_backend, tmp_path):
+    """'yes, always here' to a tool's question makes mcp:SERVER:TOOL (not a command rule of
+    the call's text), and the next call runs without a question, audited with the rule;
+    'never run that' forbids the tool, audited and said; naming another tool makes nothing."""
+    client = marat()
+    here = os.path.realpath(tmp_path)
+    tools_backend.queue(call("mcp__t__write_note", line="one"), FINAL)
+    assert "the tool write_note" in post(client, "marat take a note")["reply"]
+    body = post(client, "Yes, always here.")
+    (made,) = body["rules_made"]
+    assert (made["kind"], made["pattern"], made["directory"]) == ("tool", "mcp:t:write_note", here)
+    assert body["reply"] == (
+        f"From now on I call mcp:t:write_note without asking in {here} and below.\nDone."
+    )
+    tools_backend.queue(call("mcp__t__write_note", line="two"), FINAL)
+    assert post(client, "marat take another note")["reply"] == "Done."
+    assert (tmp_path / "notes.log").read_text() == "one\ntwo\n"
+    row = client.get("/marat/commands?session=b").json()["commands"][-1]
+    assert (row["command"], row["approval"], row["rule_id"]) == (
+        'mcp:t:write_note {"line": "two"}',
+        "rule",
+        made["id"],
+    )
+
+    # a named tool that is not the one asked about: nothing made, the question stays
+    tools_backend.queue(call("mcp__t__echo", text="hi"))
+    post(client, "marat echo hi")
+    before = client.get("/rules").json()["rules"]
+    body = post(client, "yes, always for curl")
+    assert body["reply"].startswith("curl is not the tool I asked about (mcp:t:echo)")
+    assert body["pending"]["tool"]["name"] == "echo"
+    assert client.get("/rules").json()["rules"] == before
+
+    body = post(client, "never run that")
+    (forbid,) = body["rules_made"]
+    assert (forbid["decision"], forbid["pattern"]) == ("forbid", "mcp:t:echo")
+    tools_backend.queue(call("mcp__t__echo", text="again"), FINAL)
+    reply = post(client, "marat echo again")["reply"]
+    assert reply == f"Done. I did not call echo of t: your rule {forbid['id']} forbids it."
+    row = client.get("/marat/commands?session=b").json()["commands"][-1]
+    assert (row["command"], row["approval"], row["rule_id"]) == (
+        'mcp:t:echo {"text": "again"}',
+        "forbidden",
+        forbid["id"],
+    )
+
+
+def test_under_approval_always_a_tool_rule_waits_too(marat, tools_backend, tmp_path, home):
+    from daemon.rules import add_rule
+    from daemon.store import Store
+
+    store = Store(home / "lmd.db")
+    store.migrate()
+    add_rule(store, "allow", "mcp:t:write_note", origin="cli")
+    store.close()
+    client = marat(marat_approval="always")
+    tools_backend.queue(call("mcp__t__write_note", line="x"))
+    assert "Say yes to run it" in post(client, "marat take a note")["reply"]
+    assert not (tmp_path / "notes.log").exists()
