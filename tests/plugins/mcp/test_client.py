@@ -136,6 +136,12 @@ def test_marat_calls_an_http_tool_and_its_secrets_are_cut_out(home, tmp_path, to
         assert say(d.url, "yes")["reply"] == "Echoed."
         (told,) = tool_results(tools_backend)
         assert "key [redacted] and more" in told and header_secret not in told
+        # the configured header reached the server (its value came back, and was cut out)
+        tools_backend.queue(call("mcp__web__header", key="X-Key"), FINAL)
+        assert "the tool header of the MCP server web" in say(d.url, "marat the key")["reply"]
+        assert say(d.url, "yes")["reply"] == "Done."
+        told = tool_results(tools_backend)[-1]
+        assert told.startswith("Observation: the tool answered\n[redacted]\n"), told
     finally:
         proc.terminate()
         proc.wait(10)
@@ -254,7 +260,7 @@ def test_lmd_mcp_list_shows_servers_tools_and_state(home, tmp_path):
     assert ran.returncode == 0, ran.stderr
     assert "state: running" in ran.stdout
     assert "mcp:t:echo  [read_only]  Say the text back." in ran.stdout
-    assert "left out: it lists 47 tools; lmd offers the first 32" in ran.stdout
+    assert "left out: it lists 48 tools; lmd offers the first 32" in ran.stdout
 
 
 @pytest.mark.parametrize(
@@ -413,3 +419,47 @@ def test_under_approval_always_a_tool_rule_waits_too(marat, tools_backend, tmp_p
     tools_backend.queue(call("mcp__t__write_note", line="x"))
     assert "Say yes to run it" in post(client, "marat take a note")["reply"]
     assert not (tmp_path / "notes.log").exists()
+
+
+def test_a_tool_result_is_cut_to_the_output_limit(marat, tools_backend):
+    client = marat(max_bash_output_len_for_response=100)
+    tools_backend.queue(call("mcp__t__echo", text="y" * 5000), FINAL)
+    post(client, "marat echo it")
+    assert post(client, "yes")["reply"] == "Done."
+    (told,) = tool_results(tools_backend)
+    assert "y" * 100 in told and "y" * 101 not in told
+    assert "[output cut: 4900 more characters]" in told
+    (row,) = client.get("/marat/commands?session=b").json()["commands"]
+    assert row["truncated"] is True
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie, ended but not yet reaped, does not count)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def test_servers_start_on_first_need_and_stop_with_the_daemon(home, tmp_path, tools_backend, live):
+    pidfile = tmp_path / "server.pid"
+    write_config(
+        home,
+        tmp_path / "x.log",
+        t={
+            "command": sys.executable,
+            "args": [str(SERVER)],
+            "env": {"MCP_TEST_LOG": str(tmp_path / "x.log"), "MCP_TEST_PIDFILE": str(pidfile)},
+        },
+    )
+    d = live()
+    with urllib.request.urlopen(d.url + "/rules", timeout=10) as r:
+        assert r.status == 200
+    assert not pidfile.exists()  # the daemon answers; no server has started
+    tools_backend.queue(FINAL)
+    assert say(d.url, "marat what tools do you have")["reply"] == "Done."
+    pid = int(pidfile.read_text())
+    assert alive(pid)
+    assert d.stop() == 0
+    assert not alive(pid)  # stopped with the daemon (its whole group, awaited)
