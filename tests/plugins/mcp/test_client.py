@@ -461,5 +461,9 @@ def test_servers_start_on_first_need_and_stop_with_the_daemon(home, tmp_path, to
     assert say(d.url, "marat what tools do you have")["reply"] == "Done."
     pid = int(pidfile.read_text())
     assert alive(pid)
+    listed = lmd_in_process("mcp", "list", "--home", home, "--url", d.url)
+    assert listed.returncode == 0, listed.stderr
+    assert "MCP servers, as the daemon started them:" in listed.stdout
+    assert "state: running" in listed.stdout and "mcp:t:write_note" in listed.stdout
     assert d.stop() == 0
     assert not alive(pid)  # stopped with the daemon (its whole group, awaited)
