@@ -700,8 +700,14 @@ def make_from_answer(
     lifetime_session = session if answer.lifetime == "session" else None
     patterns: list[str | tuple[str, ...]] = []
     if tool is not None:
-        if answer.named and " ".join(answer.named).lower() != tool.lower():
-            raise RuleError(f"You named {' '.join(answer.named)}, but I asked about {tool}.")
+        # "yes, always for write_note" (or "write note") names the tool asked about
+        named = " ".join(answer.named or ()).lower()
+        short = tool.rsplit(":", 1)[-1].lower()
+        if named and named not in (tool.lower(), short, short.replace("_", " ")):
+            raise RuleError(
+                f"{' '.join(answer.named or ())} is not the tool I asked about ({tool}), so I "
+                "made no rule; say yes always, or name that tool."
+            )
         patterns = [tool]
     else:
         from daemon.execution.bash import Unmodelled, simple_commands

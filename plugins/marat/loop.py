@@ -145,7 +145,7 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
             said = ""
             if ruling is not None:
                 try:
-                    said = _make_rules(ctx, ruling, command)
+                    said = _make_rules(ctx, ruling, pending)
                 except rules.RuleError as e:
                     if ruling.named:  # a yes to something else: run nothing, ask again
                         ctx.reply_kind = "decorative"
@@ -164,7 +164,7 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
             said = ""
             if ruling is not None:
                 try:
-                    said = " " + _make_rules(ctx, ruling, pending["command"])
+                    said = " " + _make_rules(ctx, ruling, pending)
                 except rules.RuleError as e:
                     said = f" I made no rule: {e}"
             yield f"All right, I did not run {pending['command']}.{said}"
@@ -245,15 +245,18 @@ def _keep_pending(ctx: Context, pending: dict) -> None:
     ctx.state["approval"] = ctx.session.pending
 
 
-def _make_rules(ctx: Context, ruling: rules.Answer, command: str) -> str:
-    """Make the rules a spoken answer asks for; the sentence that says them back."""
+def _make_rules(ctx: Context, ruling: rules.Answer, pending: dict) -> str:
+    """Make the rules a spoken answer to `pending` asks for; the sentence that says them back.
+    An MCP call's answer makes a tool rule (mcp:SERVER:TOOL), never a command rule of its text."""
     cwd, _ = start_dir(ctx.session.cwd, ctx.settings["marat_start_dir"])
+    tool = pending.get("tool")
     made, said = rules.make_from_answer(
         ctx.store,
         ruling,
         cwd=cwd,
         session=ctx.session.name,
-        command=command,
+        command=None if tool else pending["command"],
+        tool=mcp_rule_name(tool["server"], tool["name"]) if tool else None,
         said=ctx.text.strip(),
         lmd_home=str(ctx.daemon.home),
     )
@@ -358,14 +361,23 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
                 continue
             call = {"server": tool.server, "name": tool.name, "arguments": step.tool[1]}
             rule = _rule_for(ctx, cwd, tool=mcp_rule_name(tool.server, tool.name))
-            if rule is not None and rule.decision == "forbid":
-                _observe(ctx, task, f"Observation: {FORBIDDEN}", {"tool": call})
-                continue
-            if rule is not None and rule.decision == "allow":
-                said = f"rule {getattr(rule, 'rule_id', '?')}: {getattr(rule, 'text', '')}"
-                await _call_tool(ctx, task, call, "rule", answer=said.strip(": "))
-                continue
             text = call_text(tool.server, tool.name, step.tool[1])
+            if rule is not None and rule.decision == "forbid":
+                prompt_id = _observe(ctx, task, f"Observation: {FORBIDDEN}", {"tool": call})
+                # audited and said like a refused command
+                audit.record_refusal(
+                    ctx.store, ctx.session.name, cwd, text, rule.rule_id, prompt_id
+                )
+                task.refused.append(
+                    f"I did not call {tool.name} of {tool.server}: your rule {rule.rule_id} "
+                    "forbids it."
+                )
+                continue
+            # under marat_approval always an allow rule waits, for tools as for commands
+            if rule is not None and rule.decision == "allow" and s["marat_approval"] != "always":
+                said = f"rule {rule.rule_id}: {rule.text}"
+                await _call_tool(ctx, task, call, "rule", answer=said, rule_id=rule.rule_id)
+                continue
             asked = tool_question(tool, step.tool[1])
             ctx.set_pending({**task.to_pending(text, asked), "tool": call})
             ctx.state["approval"] = ctx.session.pending
@@ -594,7 +606,12 @@ def _observe(ctx: Context, task: Task, observation: str, meta: dict) -> int:
 
 
 async def _call_tool(
-    ctx: Context, task: Task, call: dict, approval: str, answer: str | None = None
+    ctx: Context,
+    task: Task,
+    call: dict,
+    approval: str,
+    answer: str | None = None,
+    rule_id: int | None = None,
 ) -> None:
     """Call an MCP tool; its result, cut and cleaned, is the observation and an audit row."""
     s = ctx.settings
@@ -640,7 +657,7 @@ async def _call_tool(
         truncated=cut,
         redacted=redacted,
     )
-    audit.record(ctx.store, ctx.session.name, r, approval, answer, prompt_id)
+    audit.record(ctx.store, ctx.session.name, r, approval, answer, prompt_id, rule_id)
     task.last_command = text
     task.last_output = None  # an MCP result is told by the model, not read out raw
     ctx.extra.setdefault("tool_calls", []).append(

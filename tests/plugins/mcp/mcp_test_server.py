@@ -3,9 +3,12 @@
     python mcp_test_server.py [--http PORT] [--tools N] [--hang-start]
 
 Tools: echo (returns its text), write_note (appends a line to $MCP_TEST_LOG, so a test sees
-whether it ran), huge (50 MB of text), crash (the process exits), wait_forever (never answers),
+whether it ran), header (an HTTP request header's value: the configured headers arrive),
+huge (50 MB of text), crash (the process exits), wait_forever (never answers),
 bash and final (named like marat's own tools). --tools N adds N more trivial tools; --hang-start
-never answers at all (not even the handshake).
+never answers at all (not even the handshake). With $MCP_TEST_PIDFILE set, it writes its
+process id there when it starts and then outlives the end of its stdin (a test sees when it
+was started, and that only its client's signal stopped it).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import os
 import sys
 import time
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
 
 
@@ -49,6 +52,10 @@ def build(extra_tools: int) -> MCPServer:
         await asyncio.sleep(3600)
         return "late"
 
+    @server.tool(description="The value of one HTTP request header (over HTTP).")
+    def header(key: str, ctx: Context) -> str:
+        return (ctx.headers or {}).get(key.lower(), "missing")
+
     @server.tool(name="bash", description="A tool named like marat's own bash tool.")
     def fake_bash(command: str) -> str:
         return "fake bash ran " + command
@@ -71,6 +78,10 @@ def main() -> None:
     if args.hang_start:
         time.sleep(3600)
         return
+    pidfile = os.environ.get("MCP_TEST_PIDFILE")
+    if pidfile:
+        with open(pidfile, "w", encoding="utf-8") as f:
+            f.write(str(os.getpid()))
     server = build(args.tools)
     if args.http:
         import uvicorn
@@ -79,6 +90,8 @@ def main() -> None:
         uvicorn.run(app, host="127.0.0.1", port=args.http, log_level="warning")
     else:
         server.run()
+        if pidfile:
+            time.sleep(3600)  # outlives its stdin: only a signal from its client ends it
     sys.exit(0)
 
 

@@ -6,6 +6,7 @@ arguments, run only after the user's yes, the result cut and cleaned; and the ba
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -135,6 +136,12 @@ def test_marat_calls_an_http_tool_and_its_secrets_are_cut_out(home, tmp_path, to
         assert say(d.url, "yes")["reply"] == "Echoed."
         (told,) = tool_results(tools_backend)
         assert "key [redacted] and more" in told and header_secret not in told
+        # the configured header reached the server (its value came back, and was cut out)
+        tools_backend.queue(call("mcp__web__header", key="X-Key"), FINAL)
+        assert "the tool header of the MCP server web" in say(d.url, "marat the key")["reply"]
+        assert say(d.url, "yes")["reply"] == "Done."
+        told = tool_results(tools_backend)[-1]
+        assert told.startswith("Observation: the tool answered\n[redacted]\n"), told
     finally:
         proc.terminate()
         proc.wait(10)
@@ -253,7 +260,7 @@ def test_lmd_mcp_list_shows_servers_tools_and_state(home, tmp_path):
     assert ran.returncode == 0, ran.stderr
     assert "state: running" in ran.stdout
     assert "mcp:t:echo  [read_only]  Say the text back." in ran.stdout
-    assert "left out: it lists 47 tools; lmd offers the first 32" in ran.stdout
+    assert "left out: it lists 48 tools; lmd offers the first 32" in ran.stdout
 
 
 @pytest.mark.parametrize(
@@ -322,7 +329,8 @@ def test_a_rule_lets_a_tool_run_without_a_question_and_forbid_refuses(
     marat, tools_backend, tmp_path, home
 ):
     """The user's rules for MCP tools (mcp:SERVER:TOOL): an allow runs the tool at once,
-    audited with the rule; a forbid never runs it, and the model is told."""
+    audited with the rule; a forbid never runs it, the model and the user are told, and the
+    audit keeps the refusal."""
     from daemon.rules import add_rule
     from daemon.store import Store
 
@@ -333,12 +341,129 @@ def test_a_rule_lets_a_tool_run_without_a_question_and_forbid_refuses(
     store.close()
     client = marat()
     tools_backend.queue(call("mcp__t__write_note", line="ruled"), call("mcp__t__crash"), FINAL)
-    assert post(client, "marat take a note")["reply"] == "Done."
+    assert post(client, "marat take a note")["reply"] == (
+        f"Done. I did not call crash of t: your rule {forbid.id} forbids it."
+    )
     assert (tmp_path / "notes.log").read_text() == "ruled\n"
     told = json.dumps(tools_backend.chat_requests[-1]["messages"])
     assert "noted: ruled" in told and "the user's rules forbid this tool" in told
     rows = client.get("/marat/commands?session=b").json()["commands"]
-    assert [(r["command"], r["approval"], r["answer"]) for r in rows] == [
-        ('mcp:t:write_note {"line": "ruled"}', "rule", f"rule {allow.id}: {allow.sentence()}")
+    assert [(r["command"], r["approval"], r["answer"], r["rule_id"]) for r in rows] == [
+        (
+            'mcp:t:write_note {"line": "ruled"}',
+            "rule",
+            f"rule {allow.id}: {allow.sentence()}",
+            allow.id,
+        ),
+        ("mcp:t:crash {}", "forbidden", None, forbid.id),
     ]
     assert forbid.decision == "forbid" and forbid.id != allow.id
+
+
+def test_spoken_rules_for_a_tool_are_tool_rules(marat, tools_backend, tmp_path):
+    """'yes, always here' to a tool's question makes mcp:SERVER:TOOL (not a command rule of
+    the call's text), and the next call runs without a question, audited with the rule;
+    'never run that' forbids the tool, audited and said; naming another tool makes nothing."""
+    client = marat()
+    here = os.path.realpath(tmp_path)
+    tools_backend.queue(call("mcp__t__write_note", line="one"), FINAL)
+    assert "the tool write_note" in post(client, "marat take a note")["reply"]
+    body = post(client, "Yes, always here.")
+    (made,) = body["rules_made"]
+    assert (made["kind"], made["pattern"], made["directory"]) == ("tool", "mcp:t:write_note", here)
+    assert body["reply"] == (
+        f"From now on I call mcp:t:write_note without asking in {here} and below.\nDone."
+    )
+    tools_backend.queue(call("mcp__t__write_note", line="two"), FINAL)
+    assert post(client, "marat take another note")["reply"] == "Done."
+    assert (tmp_path / "notes.log").read_text() == "one\ntwo\n"
+    row = client.get("/marat/commands?session=b").json()["commands"][-1]
+    assert (row["command"], row["approval"], row["rule_id"]) == (
+        'mcp:t:write_note {"line": "two"}',
+        "rule",
+        made["id"],
+    )
+
+    # a named tool that is not the one asked about: nothing made, the question stays
+    tools_backend.queue(call("mcp__t__echo", text="hi"))
+    post(client, "marat echo hi")
+    before = client.get("/rules").json()["rules"]
+    body = post(client, "yes, always for curl")
+    assert body["reply"].startswith("curl is not the tool I asked about (mcp:t:echo)")
+    assert body["pending"]["tool"]["name"] == "echo"
+    assert client.get("/rules").json()["rules"] == before
+
+    body = post(client, "never run that")
+    (forbid,) = body["rules_made"]
+    assert (forbid["decision"], forbid["pattern"]) == ("forbid", "mcp:t:echo")
+    tools_backend.queue(call("mcp__t__echo", text="again"), FINAL)
+    reply = post(client, "marat echo again")["reply"]
+    assert reply == f"Done. I did not call echo of t: your rule {forbid['id']} forbids it."
+    row = client.get("/marat/commands?session=b").json()["commands"][-1]
+    assert (row["command"], row["approval"], row["rule_id"]) == (
+        'mcp:t:echo {"text": "again"}',
+        "forbidden",
+        forbid["id"],
+    )
+
+
+def test_under_approval_always_a_tool_rule_waits_too(marat, tools_backend, tmp_path, home):
+    from daemon.rules import add_rule
+    from daemon.store import Store
+
+    store = Store(home / "lmd.db")
+    store.migrate()
+    add_rule(store, "allow", "mcp:t:write_note", origin="cli")
+    store.close()
+    client = marat(marat_approval="always")
+    tools_backend.queue(call("mcp__t__write_note", line="x"))
+    assert "Say yes to run it" in post(client, "marat take a note")["reply"]
+    assert not (tmp_path / "notes.log").exists()
+
+
+def test_a_tool_result_is_cut_to_the_output_limit(marat, tools_backend):
+    client = marat(max_bash_output_len_for_response=100)
+    tools_backend.queue(call("mcp__t__echo", text="y" * 5000), FINAL)
+    post(client, "marat echo it")
+    assert post(client, "yes")["reply"] == "Done."
+    (told,) = tool_results(tools_backend)
+    assert "y" * 100 in told and "y" * 101 not in told
+    assert "[output cut: 4900 more characters]" in told
+    (row,) = client.get("/marat/commands?session=b").json()["commands"]
+    assert row["truncated"] is True
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie, ended but not yet reaped, does not count)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def test_servers_start_on_first_need_and_stop_with_the_daemon(home, tmp_path, tools_backend, live):
+    pidfile = tmp_path / "server.pid"
+    write_config(
+        home,
+        tmp_path / "x.log",
+        t={
+            "command": sys.executable,
+            "args": [str(SERVER)],
+            "env": {"MCP_TEST_LOG": str(tmp_path / "x.log"), "MCP_TEST_PIDFILE": str(pidfile)},
+        },
+    )
+    d = live()
+    with urllib.request.urlopen(d.url + "/rules", timeout=10) as r:
+        assert r.status == 200
+    assert not pidfile.exists()  # the daemon answers; no server has started
+    tools_backend.queue(FINAL)
+    assert say(d.url, "marat what tools do you have")["reply"] == "Done."
+    pid = int(pidfile.read_text())
+    assert alive(pid)
+    listed = lmd_in_process("mcp", "list", "--home", home, "--url", d.url)
+    assert listed.returncode == 0, listed.stderr
+    assert "MCP servers, as the daemon started them:" in listed.stdout
+    assert "state: running" in listed.stdout and "mcp:t:write_note" in listed.stdout
+    assert d.stop() == 0
+    assert not alive(pid)  # stopped with the daemon (its whole group, awaited)

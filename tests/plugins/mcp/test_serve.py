@@ -79,6 +79,32 @@ def test_tools_lm_score_and_a_dali_turn(home, backend, live):
     run(session())
 
 
+def test_selectit_on_a_file_and_the_elo_leaderboard(home, backend, live, tmp_path):
+    from mcp import Client
+
+    from tests.plugins.selectit.conftest import alpaca, task_handler, write_jsonl
+
+    backend.handler = task_handler  # P("5") of task n is (n % 5 + 1) / 10: the score 4 + P("5")
+    data = write_jsonl(tmp_path / "records.jsonl", alpaca(2))
+    (tmp_path / "notes.txt").write_text("not records\n")
+    d = live()
+
+    async def session() -> None:
+        async with Client(stdio(home, d.url)) as client:
+            scored = json.loads(text(await client.call_tool("selectit", {"path": str(data)})))
+            assert [r["score"] for r in scored["results"]] == pytest.approx([4.2, 4.3])
+            bad = await client.call_tool("selectit", {"path": str(tmp_path / "notes.txt")})
+            assert bad.is_error
+            assert bad.content[0].text.endswith(
+                ": SelectIT reads a .json or .jsonl file of records."
+            )
+            board = json.loads(text(await client.call_tool("elo_leaderboard", {})))
+            with urllib.request.urlopen(d.url + "/elo/leaderboard", timeout=10) as r:
+                assert board == json.loads(r.read())  # the daemon's own answer, relayed
+
+    run(session())
+
+
 def test_a_command_needs_the_users_yes_through_elicitation(home, backend, live, tmp_path):
     from mcp import Client
     from mcp_types import ElicitResult
