@@ -65,9 +65,25 @@ def IN_PROCESS(scope: dict) -> bool:  # noqa: N802
 
 
 def free_port() -> int:
+    """A loopback port free now, for something to listen on at once (another test's daemon
+    may take it a moment later: for a port where nothing may listen, closed_port())."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+_CLOSED: list[socket.socket] = []
+
+
+def closed_port() -> int:
+    """A loopback port where nothing listens while this process lives: it stays bound here
+    without listen(), so a connection is refused and no other process can take it (a port
+    from free_port() was once taken by a daemon of another test, which then answered)."""
+    if not _CLOSED:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        _CLOSED.append(s)
+    return _CLOSED[0].getsockname()[1]
 
 
 _WARM_SERVE: list = []  # this test process's warm lmd for daemons, started by the first

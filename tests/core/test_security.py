@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.http.guard import FOREIGN_PAGE, NEEDS_TOKEN
-from tests.daemons import IN_PROCESS, ROOT, free_port, plugin_module
+from tests.daemons import IN_PROCESS, ROOT, closed_port, free_port, plugin_module
 from tests.fake_backend import Reply
 
 TOKEN = "correct-horse-battery-staple"
@@ -415,7 +415,7 @@ def test_guard_accepts_only_the_daemons_own_origin(origin):
 
 def test_credentials_in_the_endpoint_url_are_not_shown(make_client):
     """Some proxies take user:password in the URL; an error sentence must not repeat them."""
-    port = free_port()  # nothing listens there
+    port = closed_port()  # nothing listens there
     client = make_client(openai_chat_endpoint=f"http://lmd-user:hunter2secret@127.0.0.1:{port}/v1")
     r = client.post("/v1", content="dali hello", headers={"Accept": "application/json"})
     assert r.status_code == 502

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from daemon.store import Store
-from tests.daemons import Ran, configure, free_port, lmd_in_process
+from tests.daemons import Ran, closed_port, configure, lmd_in_process
 from tests.fake_backend import Reply
 
 LMD = str(Path(sys.executable).parent / "lmd")
@@ -19,10 +19,10 @@ def doctor(home: Path, *args: str, **env: str) -> Ran | subprocess.CompletedProc
     """`lmd doctor` in-process; as a process where PYTHONPATH brings in distributions that must
     be seen installed from the interpreter's start."""
     if "PYTHONPATH" not in env:
-        env = {"LMD_URL": f"http://127.0.0.1:{free_port()}", **env}
+        env = {"LMD_URL": f"http://127.0.0.1:{closed_port()}", **env}
         return lmd_in_process("doctor", "--home", str(home), *args, env=env)
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("LMD_", "OPENAI_"))}
-    environ.update({"LMD_TOKENIZER": "estimate", "LMD_URL": f"http://127.0.0.1:{free_port()}"})
+    environ.update({"LMD_TOKENIZER": "estimate", "LMD_URL": f"http://127.0.0.1:{closed_port()}"})
     environ.update(env)
     return subprocess.run(
         [LMD, "doctor", "--home", str(home), *args],
@@ -80,7 +80,7 @@ def test_backend_without_logprobs_is_a_warning(home, backend):
 
 
 def test_unreachable_backend(home):
-    configure(home, openai_chat_endpoint=f"http://127.0.0.1:{free_port()}/v1")
+    configure(home, openai_chat_endpoint=f"http://127.0.0.1:{closed_port()}/v1")
     done = doctor(home)
     assert done.returncode == 1
     assert "[FAIL] backend: I could not reach the language model" in done.stdout

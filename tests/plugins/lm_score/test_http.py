@@ -200,9 +200,9 @@ def test_an_unreachable_scoring_backend_is_named_by_what_set_it(
     make_client, backend, monkeypatch, tmp_path, where, names
 ):
     """Issue 14: with SERVER_URL unreachable the error named openai_chat_endpoint."""
-    from tests.daemons import free_port
+    from tests.daemons import closed_port
 
-    down = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    down = f"http://127.0.0.1:{closed_port()}/v1"  # nothing listens there
     monkeypatch.chdir(tmp_path)
     settings = {}
     expected = (
@@ -232,9 +232,9 @@ def test_an_unreachable_scoring_backend_is_named_by_what_set_it(
 
 
 def test_an_unreachable_daemon_backend_is_still_openai_chat_endpoint(make_client, backend):
-    from tests.daemons import free_port
+    from tests.daemons import closed_port
 
-    down = f"http://127.0.0.1:{free_port()}/v1"
+    down = f"http://127.0.0.1:{closed_port()}/v1"
     client = make_client(openai_chat_endpoint=down)
     r = client.post("/lm_score", json=INVOICE)
     assert r.status_code == 502 and r.json()["error"].endswith(
