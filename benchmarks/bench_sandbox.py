@@ -118,6 +118,12 @@ def main() -> None:
             "  same, without the pids cgroup",
             *bare(args.runs, cwd, pol, no_cgroup, "sandboxed, no cgroup"),
         )
+    if found.landlock:  # the Landlock applier runs first inside the sandbox
+        no_landlock = dataclasses.replace(found, landlock=None)
+        report(
+            "  same, without Landlock",
+            *bare(args.runs, cwd, pol, no_landlock, "sandboxed, no Landlock"),
+        )
     report(
         "daemon.execution.runner.run_command",
         *asyncio.run(through(args.runs, cwd, pol, run_command)),
