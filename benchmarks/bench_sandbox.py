@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from daemon import sandbox  # noqa: E402
+from daemon.execution import sandbox  # noqa: E402
 from daemon.execution.runner import run_command  # noqa: E402
 from plugins.marat.execute import execute  # noqa: E402
 
@@ -106,6 +106,7 @@ def main() -> None:
         sys.exit(1)
     print(found.sentence())
     cwd = tempfile.mkdtemp(prefix="lmd-bench-sandbox-")
+    os.chmod(cwd, 0o755)  # as root, commands run as nobody, who must enter it
     pol = policy_for(cwd)
     for _ in range(5):  # warm the page cache and the binaries
         bare(1, cwd, pol, found, "warm")

