@@ -454,8 +454,9 @@ LANDLOCK_SOURCE = Path(__file__).with_name("landlock.c")
 
 def landlock_helper(unprivileged: bool = False) -> tuple[str | None, str]:
     """The Landlock applier (landlock.c, compiled on first use next to its source, or else in
-    the user's cache directory) and "", or None and why there is none. `unprivileged`: lmd is
-    root and commands run as ROOT_RUNS_AS, who must be able to run it."""
+    the user's cache directory; as root, or else in /var/cache/lmd) and "", or None and why
+    there is none. `unprivileged`: lmd is root and commands run as ROOT_RUNS_AS, who must be
+    able to run it (a venv under /root is closed to them)."""
     try:
         source = LANDLOCK_SOURCE.read_bytes()
     except OSError as e:
@@ -463,20 +464,27 @@ def landlock_helper(unprivileged: bool = False) -> tuple[str | None, str]:
     name = f"lmd-landlock-{hashlib.sha256(source).hexdigest()[:12]}"
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     places = [LANDLOCK_SOURCE.parent, Path(cache, "lmd")]
-    helper = next((p / name for p in places if os.access(p / name, os.X_OK)), None)
-    problem = ""
+    if unprivileged:
+        places.append(Path("/var/cache/lmd"))
+
+    def usable(path: Path) -> bool:
+        return os.access(path, os.X_OK) and (not unprivileged or _others_may(str(path), os.X_OK))
+
+    helper = next((p / name for p in places if usable(p / name)), None)
     if helper is None:
         compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
         if compiler is None:
             return None, "no C compiler (cc) to build lmd's Landlock applier"
+        problems = []
         for place in places:
-            helper, problem = place / name, _compile(compiler, place / name)
-            if not problem:
+            built = (place / name).exists()  # there, but closed to the unprivileged user
+            problem = "" if built else _compile(compiler, place / name)
+            if not problem and usable(place / name):
+                helper = place / name
                 break
+            problems.append(problem or f"the unprivileged user {_user_name()} may not run it")
         else:
-            return None, f"lmd's Landlock applier does not compile ({problem})"
-    if unprivileged and not _others_may(str(helper), os.X_OK):
-        return None, f"the unprivileged user {_user_name()} may not run {helper}"
+            return None, f"lmd's Landlock applier does not build ({'; '.join(problems)})"
     try:
         abi = subprocess.run([str(helper), "--abi"], capture_output=True, text=True, timeout=5)
         version = int(abi.stdout.strip() or 0)

@@ -136,8 +136,24 @@ def test_without_landlock_the_sandbox_says_fifos_are_not_covered(tmp_path, monke
     assert found.available and found.landlock is None
     said = found.sentence()
     assert "Named pipes (FIFOs)" in said and "can still be opened for writing" in said
-    assert "does not compile" in said and "too old" in said
+    assert "does not build" in said and "too old" in said
     pol = sandbox.Policy("read-only", str(tmp_path), str(tmp_path))
     prepared = sandbox.prepare(pol, ["true"], found)
     prepared.close()
     assert not any("lmd-landlock" in a for a in prepared.argv)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="commands run as nobody only when lmd is root")
+def test_as_root_an_applier_nobody_cannot_reach_is_built_where_nobody_can(tmp_path, monkeypatch):
+    """lmd installed under /root (a 0700 place): nobody could not run an applier built next
+    to it or in root's cache, so it is built in /var/cache/lmd."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    source = private / "lib" / "landlock.c"
+    source.parent.mkdir()
+    shutil.copy(sandbox.LANDLOCK_SOURCE, source)
+    monkeypatch.setattr(sandbox, "LANDLOCK_SOURCE", source)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(private / "cache"))
+    helper, problem = sandbox.landlock_helper(unprivileged=True)
+    assert problem == "" and helper is not None
+    assert helper.startswith("/var/cache/lmd/lmd-landlock-"), helper
