@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from daemon import sandbox  # noqa: E402
+from daemon.execution import sandbox  # noqa: E402
 from daemon.execution.runner import run_command  # noqa: E402
 from plugins.marat.execute import execute  # noqa: E402
 
@@ -106,6 +106,7 @@ def main() -> None:
         sys.exit(1)
     print(found.sentence())
     cwd = tempfile.mkdtemp(prefix="lmd-bench-sandbox-")
+    os.chmod(cwd, 0o755)  # as root, commands run as nobody, who must enter it
     pol = policy_for(cwd)
     for _ in range(5):  # warm the page cache and the binaries
         bare(1, cwd, pol, found, "warm")
@@ -117,6 +118,12 @@ def main() -> None:
         report(
             "  same, without the pids cgroup",
             *bare(args.runs, cwd, pol, no_cgroup, "sandboxed, no cgroup"),
+        )
+    if found.landlock:  # the Landlock applier runs first inside the sandbox
+        no_landlock = dataclasses.replace(found, landlock=None)
+        report(
+            "  same, without Landlock",
+            *bare(args.runs, cwd, pol, no_landlock, "sandboxed, no Landlock"),
         )
     report(
         "daemon.execution.runner.run_command",

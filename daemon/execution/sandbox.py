@@ -15,6 +15,8 @@ turns a policy and an argv into the wrapped argv the runner starts.
 from __future__ import annotations
 
 import atexit
+import dataclasses
+import hashlib
 import itertools
 import os
 import platform
@@ -287,6 +289,7 @@ class Availability:
     warnings: tuple[str, ...] = ()
     setpriv: str | None = None  # root only: how commands become ROOT_RUNS_AS before bwrap
     memory_cgroup: str | None = None  # where per-command memory cgroups are made, if anywhere
+    landlock: str | None = None  # the Landlock applier run first inside the sandbox, if any
 
     @property
     def available(self) -> bool:
@@ -369,7 +372,15 @@ def _detect_bwrap() -> Availability:
         setpriv=setpriv,
         memory_cgroup=_memory_cgroup_base(),
     )
+    landlock, landlock_problem = landlock_helper(bool(setpriv))
     problem = _probe(found)
+    if problem is None and landlock:
+        with_landlock = dataclasses.replace(found, landlock=landlock)
+        landlock_problem = _probe(with_landlock)
+        if landlock_problem is None:
+            found = with_landlock
+        else:
+            landlock_problem = f"Landlock does not work inside bwrap here ({landlock_problem})"
     if problem:
         return Availability(
             NONE,
@@ -384,6 +395,12 @@ def _detect_bwrap() -> Availability:
     if not seccomp:
         warnings.append(
             "Unix sockets are not blocked (no seccomp filter for this machine or bwrap)."
+        )
+    if found.landlock is None:
+        whose = "root's (writable by nobody)" if setpriv else "yours"
+        warnings.append(
+            f"Named pipes (FIFOs) and device files of {whose} outside the hidden places and the "
+            f"private /tmp can still be opened for writing: {landlock_problem}."
         )
     if os.geteuid() == 0 and found.pids_cgroup is None:
         warnings.append(
@@ -412,6 +429,11 @@ def _detect_bwrap() -> Availability:
     )
     if setpriv:
         reason = reason[:-2] + f"; as root, they run as the unprivileged user {_user_name()})."
+    if found.landlock:
+        reason = reason[:-2] + (
+            "; Landlock refuses opening for writing, named pipes included, outside its writable "
+            "places)."
+        )
     return Availability(
         "bwrap",
         reason,
@@ -422,7 +444,90 @@ def _detect_bwrap() -> Availability:
         warnings=tuple(warnings),
         setpriv=setpriv,
         memory_cgroup=found.memory_cgroup,
+        landlock=found.landlock,
     )
+
+
+# -- Landlock ---------------------------------------------------------------------------------
+LANDLOCK_SOURCE = Path(__file__).with_name("landlock.c")
+
+
+def landlock_helper(unprivileged: bool = False) -> tuple[str | None, str]:
+    """The Landlock applier (landlock.c, compiled on first use next to its source, or else in
+    the user's cache directory; as root, or else in /var/cache/lmd) and "", or None and why
+    there is none. `unprivileged`: lmd is root and commands run as ROOT_RUNS_AS, who must be
+    able to run it (a venv under /root is closed to them)."""
+    try:
+        source = LANDLOCK_SOURCE.read_bytes()
+    except OSError as e:
+        return None, f"lmd's Landlock applier {LANDLOCK_SOURCE} is missing ({e.strerror})"
+    name = f"lmd-landlock-{hashlib.sha256(source).hexdigest()[:12]}"
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    places = [LANDLOCK_SOURCE.parent, Path(cache, "lmd")]
+    if unprivileged:
+        places.append(Path("/var/cache/lmd"))
+
+    def usable(path: Path) -> bool:
+        return os.access(path, os.X_OK) and (not unprivileged or _others_may(str(path), os.X_OK))
+
+    helper = next((p / name for p in places if usable(p / name)), None)
+    if helper is None:
+        compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+        if compiler is None:
+            return None, "no C compiler (cc) to build lmd's Landlock applier"
+        problems = []
+        for place in places:
+            built = (place / name).exists()  # there, but closed to the unprivileged user
+            problem = "" if built else _compile(compiler, place / name)
+            if not problem and usable(place / name):
+                helper = place / name
+                break
+            problems.append(problem or f"the unprivileged user {_user_name()} may not run it")
+        else:
+            return None, f"lmd's Landlock applier does not build ({'; '.join(problems)})"
+    try:
+        abi = subprocess.run([str(helper), "--abi"], capture_output=True, text=True, timeout=5)
+        version = int(abi.stdout.strip() or 0)
+    except (OSError, ValueError, subprocess.SubprocessError) as e:
+        return None, f"lmd's Landlock applier does not run ({e})"
+    if version < 2:
+        return None, "this kernel has no Landlock (ABI 2, Linux 5.19, or later)"
+    return str(helper), ""
+
+
+def _compile(compiler: str, target: Path) -> str:
+    """Build landlock.c into `target` (atomically: a half-written binary never runs); the
+    compiler's first error, or ""."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            out = os.path.join(tmp, target.name)
+            # static where the C library allows it: no dynamic loading, 0.3 ms less per command
+            for static in (["-static"], []):
+                done = subprocess.run(
+                    [compiler, "-O2", *static, "-o", out, str(LANDLOCK_SOURCE)],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
+                if done.returncode == 0:
+                    break
+            if done.returncode != 0:
+                lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
+                errors = [ln for ln in lines if "error" in ln] or lines
+                return errors[0] if errors else f"exit code {done.returncode}"
+            os.chmod(out, 0o755)
+            os.replace(out, target)
+    except (OSError, subprocess.SubprocessError) as e:
+        return str(e)
+    return ""
+
+
+def landlock_writable(policy: Policy) -> list[str]:
+    """Where a sandboxed command may open files for writing, as seen inside the sandbox: the
+    private /tmp, bwrap's own minimal /dev (null, tty, pts, shm), the sandbox's fresh /proc
+    (its kernel parts stay read-only mounts) and, at workspace-write, the workspace."""
+    return ["/tmp", "/dev", "/proc", *policy.writable]
 
 
 def _user_name(uid: int = ROOT_RUNS_AS) -> str:
@@ -885,6 +990,10 @@ def _prepare_bwrap(policy: Policy, argv: list[str], found: Availability) -> Prep
     args = bwrap_args(policy, found.features, seccomp_fd, empty_fd, bool(found.setpriv))
     if argv and "/" not in argv[0]:
         argv = [shutil.which(argv[0]) or argv[0], *argv[1:]]  # no PATH walk inside bwrap
+    if found.landlock:
+        # first inside the sandbox: after bwrap's mounts (Landlock forbids mounting), before
+        # the command
+        argv = [found.landlock, *landlock_writable(policy), "--", *argv]
     wrapped = [bwrap, *args, "--", *argv]
     if found.setpriv:
         # As root: become the unprivileged user before bwrap, so uid 0 never enters the
