@@ -93,25 +93,33 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     _clean(monkeypatch)
 
 
+def shared_with_workers(tmp_path_factory) -> Path | None:
+    """The directory this run's xdist workers share (their base temporary directories'
+    parent), or None in a run without workers."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return tmp_path_factory.getbasetemp().parent
+    return None
+
+
 @pytest.fixture(scope="session")
-def real_model():
+def real_model(tmp_path_factory):
     """The real-model tier's server (tests/real_model.py), one per test worker."""
     from tests.real_model import probe_once, start_real_model
 
     server = start_real_model()
-    probe_once(server)
+    probe_once(server, shared_with_workers(tmp_path_factory))
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="session")
-def small_model():
+def small_model(tmp_path_factory):
     """The same server with a 256-token context: overflows without minutes of reading (this
     CPU reads some 130 tokens a second on one thread)."""
     from tests.real_model import probe_once, start_real_model
 
     server = start_real_model(n_ctx=256)
-    probe_once(server)
+    probe_once(server, shared_with_workers(tmp_path_factory))
     yield server
     server.stop()
 

@@ -29,30 +29,56 @@ def start_real_model(n_ctx: int = REAL_N_CTX) -> EmbeddedServer:
     return EmbeddedServer(path, n_ctx=n_ctx, n_threads=1).start()
 
 
-def probe_once(server: EmbeddedServer) -> str:
+def probe_once(server: EmbeddedServer, shared: Path | None = None) -> str:
     """The server's capabilities as lmd's own probe finds them, probed once per server through
     this process's shared cache (so in-process clients, such as `lmd elo judge` through
     CliRunner or LM_SCORE's Scorer, find them there); JSON for configure_real_home. A probe is
     six real requests, some four seconds of this CPU, and every daemon and home would repeat
-    it; what it finds on this server is tests/core/test_capabilities.py's to check."""
+    it; what it finds on this server is tests/core/test_capabilities.py's to check.
+
+    `shared`: a directory the run's test workers share, where the first worker's probe of a
+    server like this one (the same model file, engine and context) is kept for the others, as
+    lmd keeps an embedded model's capabilities per model file."""
     if server.url not in _PROBED:
-        import asyncio
+        from daemon.backends.capabilities import Capabilities, shared_cache
 
-        from daemon.backends.capabilities import shared_cache
-        from daemon.backends.llm import LLM
+        if shared is None:
+            _PROBED[server.url] = _probe(server)
+        else:
+            import fcntl
+            import hashlib
 
-        async def probe():
-            llm = LLM(server.url, server.key, 120, 0, server.alias)
-            try:
-                return await shared_cache().get(llm)
-            finally:
-                await llm.close()
-
-        caps = asyncio.run(probe())
-        if caps.source != "probe":  # a failed probe is not kept: every client probes anew
-            raise RuntimeError(f"the real model's server could not be probed: {caps.notes}")
-        _PROBED[server.url] = caps.to_json()
+            key = hashlib.sha256(f"{server.model_path}:{server.n_ctx}".encode()).hexdigest()[:16]
+            found = shared / f"real-model-probe-{key}.json"
+            with open(shared / "real-model-probe.lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # one worker probes; the others wait and read
+                if found.exists():
+                    text = found.read_text()
+                    shared_cache().keep(server.url, server.alias, Capabilities.from_json(text))
+                else:
+                    text = _probe(server)
+                    found.write_text(text)
+            _PROBED[server.url] = text
     return _PROBED[server.url]
+
+
+def _probe(server: EmbeddedServer) -> str:
+    import asyncio
+
+    from daemon.backends.capabilities import shared_cache
+    from daemon.backends.llm import LLM
+
+    async def probe():
+        llm = LLM(server.url, server.key, 120, 0, server.alias)
+        try:
+            return await shared_cache().get(llm)
+        finally:
+            await llm.close()
+
+    caps = asyncio.run(probe())
+    if caps.source != "probe":  # a failed probe is not kept: every client probes anew
+        raise RuntimeError(f"the real model's server could not be probed: {caps.notes}")
+    return caps.to_json()
 
 
 def configure_real_home(home: Path, server: EmbeddedServer, **settings: object) -> Path:

@@ -48,7 +48,12 @@ for name in list(daemon.cli.cli.commands):
     resolve(daemon.cli.cli, name)
 """
 PRELOAD_SERVE = """\
-import daemon.cli, daemon.store, daemon.core, daemon.http.app, hypercorn.asyncio, openai  # noqa
+import daemon.cli, daemon.store, daemon.core, daemon.http.app, daemon.http.server  # noqa
+import hypercorn.asyncio, openai, httpx2, concurrent.futures.thread  # noqa
+import openai.resources.chat.completions.completions, openai.resources.completions  # noqa
+import daemon.execution.bash, plugins.marat.loop, plugins.cobol.mode, plugins.elo.store  # noqa
+import tree_sitter, tree_sitter_bash  # noqa: the bash reader, on a command's first question
+import mcp, mcp.client.stdio, mcp.client.streamable_http  # noqa: what marat's MCP tools import
 """
 
 SERVER = """\

@@ -380,6 +380,10 @@ class CapabilityCache:
                     pass  # an unreadable row is probed again
         return self._known.get(key)
 
+    def keep(self, url: str, model: str, caps: Capabilities) -> None:
+        """Take what a probe elsewhere found (the same server, model and engine) as known."""
+        self._known[(url, model)] = caps
+
     async def get(self, llm: Any, fresh: bool = False) -> Capabilities:
         key = (getattr(llm, "identity", llm.url), llm.model)
         if not fresh and (known := self.cached(*key)) is not None:
