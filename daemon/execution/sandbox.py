@@ -670,16 +670,26 @@ def _memory_cgroup_base() -> str | None:
     return None
 
 
+ORPHAN_AGE = 60.0  # seconds an empty cgroup of a pid not seen here is left alone
+
+
 def _remove_orphans(base: str) -> None:
-    """Empty cgroups left by daemons that died (kill -9) before removing them."""
+    """Empty cgroups left by daemons that died (kill -9) before removing them. A young one is
+    left: its daemon may live in another PID namespace (a container, or `unshare --pid`, on
+    the same cgroup tree) where its pid is not seen, and a cgroup is empty between its
+    creation and its command's joining it (removing it then failed that command)."""
+    now = time.time()
     for name in os.listdir(base):
         parts = name.split("-")
         if len(parts) == 3 and parts[0] == "cmd" and parts[1].isdigit():
             if not os.path.exists(f"/proc/{parts[1]}"):
+                path = os.path.join(base, name)
                 try:
-                    os.rmdir(os.path.join(base, name))
+                    if now - os.stat(path).st_mtime < ORPHAN_AGE:
+                        continue
+                    os.rmdir(path)
                 except OSError:
-                    pass  # still holds a process: leave it
+                    pass  # still holds a process (or already gone): leave it
 
 
 class PidsGroup:

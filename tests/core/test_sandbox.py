@@ -577,8 +577,15 @@ def test_limits_line():
 
 def test_cgroups_of_dead_daemons_are_removed(tmp_path):
     dead, alive = tmp_path / "cmd-999999999-3", tmp_path / f"cmd-{os.getpid()}-1"
-    dead.mkdir()
-    alive.mkdir()
+    # a pid not seen here, but a cgroup made a moment ago: perhaps a daemon in another PID
+    # namespace, about to put its command in it (a doctor run under `unshare --pid` once
+    # removed such a cgroup of a live daemon, whose command then failed)
+    young = tmp_path / "cmd-999999998-1"
+    for path in (dead, alive, young):
+        path.mkdir()
+    old = time.time() - sandbox.ORPHAN_AGE - 5
+    os.utime(dead, (old, old))
+    os.utime(alive, (old, old))
     (tmp_path / "other").mkdir()
     sandbox._remove_orphans(str(tmp_path))
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, "other"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, young.name, "other"])
