@@ -116,15 +116,32 @@ def warm_serve():
 class LiveDaemon:
     """A real `lmd serve` process on a free port (forked from warm_serve() where it can be)."""
 
-    def __init__(self, home: Path, env: dict | None = None, args: list[str] | None = None):
+    def __init__(
+        self,
+        home: Path,
+        env: dict | None = None,
+        args: list[str] | None = None,
+        user: str | None = None,
+    ):
+        """`user`: start it cold as that Unix user instead (as root: setpriv, the system's
+        Python with this venv's packages; see as_user_argv)."""
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         full_env = {**os.environ, **(env or {})}
         self.log = open(home.parent / f"lmd-serve-{self.port}.log", "w+b")  # noqa: SIM115
         argv = ["serve", "--bind", f"127.0.0.1:{self.port}", "--home", str(home), *(args or [])]
-        warm = warm_serve()
-        if warm is not None and warm.same_interpreter(full_env):
+        warm = warm_serve() if user is None else None
+        if user is not None:
+            prefix, extra = as_user_argv(user)
+            self.proc = subprocess.Popen(
+                [*prefix, "-m", "daemon.cli", *argv],
+                env={**full_env, **extra, "PYTHONPATH": _join(full_env.get("PYTHONPATH"), extra)},
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+            )
+        elif warm is not None and warm.same_interpreter(full_env):
             self.proc = warm.start_child(argv, full_env, ROOT, self.log.fileno())
         else:
             self.proc = subprocess.Popen(
@@ -166,6 +183,62 @@ class LiveDaemon:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+
+def second_user() -> tuple[str | None, str]:
+    """An ordinary Unix user to run a daemon as (made with useradd if missing), or None and
+    what is missing. As root only; the user must reach this checkout and the system Python."""
+    import shutil
+
+    missing = [
+        what
+        for what, ok in [
+            ("root", os.geteuid() == 0),
+            ("setpriv", shutil.which("setpriv")),
+            ("useradd", shutil.which("useradd")),
+            (f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}", _system_python()),
+        ]
+        if not ok
+    ]
+    if missing:
+        return None, "an ordinary user's daemon needs " + ", ".join(missing)
+    name = "lmdsbx"  # the same user as tests/core/test_sandbox.py's
+    if subprocess.run(["id", name], capture_output=True).returncode != 0:
+        made = subprocess.run(["useradd", "-M", "-s", "/bin/sh", name], capture_output=True)
+        if made.returncode != 0:
+            return None, f"useradd {name} failed: {made.stderr.decode()[-200:]}"
+    probe = subprocess.run(
+        [*as_user_argv(name)[0], "-c", "import starlette, hypercorn, daemon.cli"],
+        env={**os.environ, **as_user_argv(name)[1]},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        return None, f"{name} cannot import lmd from {ROOT}: {probe.stderr.strip()[-200:]}"
+    return name, ""
+
+
+def _system_python() -> str | None:
+    """The system's Python of this minor version (the venv's may live under /root, which an
+    ordinary user cannot enter; the same minor version loads the venv's compiled wheels)."""
+    path = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
+    return path if os.path.exists(path) else None
+
+
+def as_user_argv(user: str) -> tuple[list[str], dict[str, str]]:
+    """The argv prefix running Python as `user`, and the environment it needs."""
+    import sysconfig
+
+    argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
+    return [*argv, _system_python() or "python3"], {
+        "PYTHONPATH": os.pathsep.join([str(ROOT), sysconfig.get_paths()["purelib"]]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+
+
+def _join(first: str | None, extra: dict[str, str]) -> str:
+    return os.pathsep.join(p for p in [first or "", extra["PYTHONPATH"]] if p)
 
 
 def say(url: str, session: str, text: str, timeout: float = 30.0) -> tuple[int, str, str]:

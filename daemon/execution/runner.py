@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import sys
 import time
@@ -42,6 +43,7 @@ class CommandResult:
     sandbox: str = sandboxing.NONE  # read-only | workspace-write | none
     blocked: str | None = None  # why the sandbox (probably) stopped it
     redacted: bool = False  # a secret was cut out of the output
+    removed: tuple[str, ...] = ()  # what it planted where other tools run things (removed)
 
     def describe(self) -> str:
         """An observation for the model and the user."""
@@ -157,6 +159,8 @@ async def run_command(
     with its limits; without it, unsandboxed (the user approved it, or chose no sandbox)."""
     start = time.monotonic()
     variables = sandboxing.command_env(cwd, env, passthrough)
+    writes = sandbox is not None and bool(sandbox.writable)
+    before = set(sandbox.protected_inside) if writes else set()
     prepared = None
     if sandbox is not None:
         script = sandboxing.wrap_script(sandbox, command, setup)
@@ -176,6 +180,13 @@ async def run_command(
         if prepared is not None:
             prepared.close()  # nothing of the command survives it, even as root
     text, overflow, exit_code, timed_out = result
+    removed = _remove_planted(sandbox, before) if writes else ()
+    if removed:
+        names = ", ".join(os.path.relpath(p, sandbox.writable[0]) for p in removed[:5])
+        text += f"\n[lmd removed what it created that other tools would run on their own: {names}]"
+        left = [p for p in removed if os.path.lexists(p)]
+        if left:  # still being written by another command: say so rather than stay silent
+            text += f"\n[lmd could not remove {', '.join(left[:5])}; remove it before using git]"
     text, redacted = redact(text, [*environment_secrets(), *secrets])
     output, truncated = cut(text, max_chars, overflow)
     level = sandbox.level if sandbox is not None else sandboxing.NONE
@@ -193,7 +204,24 @@ async def run_command(
         sandbox=level,
         blocked=blocked,
         redacted=redacted,
+        removed=removed,
     )
+
+
+def _remove_planted(policy: Policy, before: set[str]) -> tuple[str, ...]:
+    """What existed there was read-only in the sandbox; what the command created there (a new
+    nested .git with its hooks, a Makefile, a .pth) would run later, outside it: it goes."""
+    planted = tuple(sorted(set(policy.protected_inside) - before))
+    for path in planted:
+        if os.path.isdir(path) and not os.path.islink(path):
+            # errors ignored: another command may remove or write the same tree meanwhile
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass  # gone already (inside a folder removed before it)
+    return planted
 
 
 async def _run(

@@ -9,7 +9,6 @@ it asks, and a build the user approved runs outside the sandbox.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -89,7 +88,6 @@ async def run_build(job: Job, command: str, policy: Any = None):
     from daemon.api import daemon_secrets, run_command
 
     s = job.ctx.settings
-    before = set(protected_in(job.repo)) if policy is not None else set()
     result = await run_command(
         command,
         job.repo,
@@ -99,19 +97,8 @@ async def run_build(job: Job, command: str, policy: Any = None):
         secrets=daemon_secrets(job.ctx.daemon),
         passthrough=s.get("command_env_passthrough", []),
     )
-    if policy is not None:
-        # What exists was read-only in the sandbox; what the build created there (a new
-        # Makefile, a nested .git, a hook) would run later, outside it: it goes.
-        planted = sorted(set(protected_in(job.repo)) - before)
-        for path in planted:
-            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.unlink(path)
-        if planted:
-            names = ", ".join(os.path.relpath(p, job.repo) for p in planted[:5])
-            result.output += (
-                f"\n[lmd removed what the build created that other tools would run on their "
-                f"own: {names}]"
-            )
-            job.ctx.extra["removed_planted"] = [os.path.relpath(p, job.repo) for p in planted]
+    if result.removed:  # the runner removed what the build planted (the sandbox's writes)
+        job.ctx.extra["removed_planted"] = [os.path.relpath(p, job.repo) for p in result.removed]
     if result.exit_code == 0:
         result.blocked = None  # a passing build was not stopped, whatever it printed
     if result.blocked:

@@ -383,6 +383,30 @@ def test_workspace_write_writes_only_the_workspace(tmp_path):
 
 
 @pytest.mark.bwrap
+def test_workspace_write_removes_what_a_command_planted(tmp_path):
+    """A new nested repository with a hook, a Makefile, a .pth: the sandbox could not have
+    made them read-only before they existed, so the runner removes them after any command
+    (marat's under an allow rule as well as cobol's builds) and says so."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "keep.txt").write_text("mine\n")
+    writable_by_others(work)
+    pol = Policy("workspace-write", str(work), str(tmp_path), writable=(str(work),))
+    r = run(
+        "git init -q fresh && printf '#!/bin/sh\\ntouch /tmp/x\\n' > fresh/.git/hooks/pre-commit"
+        " && mkdir -p sub && echo all: > sub/Makefile && echo import os > x.pth && echo built"
+        " > out.txt",
+        work,
+        pol,
+    )
+    assert r.exit_code == 0, r.output
+    assert sorted(os.listdir(work)) == ["fresh", "keep.txt", "out.txt", "sub"]
+    assert os.listdir(work / "fresh") == [] and os.listdir(work / "sub") == []
+    assert r.removed == tuple(str(work / p) for p in ("fresh/.git", "sub/Makefile", "x.pth"))
+    assert "lmd removed what it created" in r.output and "fresh/.git" in r.output
+
+
+@pytest.mark.bwrap
 def test_memory_file_size_and_cpu_limits_bite(tmp_path):
     lim = Limits(memory_mb=200, cpu_secs=1, file_size_mb=1, max_processes=64)
     pol = policy(tmp_path, limits=lim)

@@ -10,9 +10,18 @@ holding a git repository with a hostile config. Three runs:
 2. the classifier forced to call everything read-only (a test plugin patches it), so every
    command runs in the sandbox at once: what protects is the OS, not the string check;
 3. a daemon that cannot have a sandbox (LMD_BWRAP names nothing): every command asks, with
-   the classifier honest and forced.
+   the classifier honest and forced;
+4. sandbox_level workspace-write with the policy forced to run everything at once in the
+   workspace-write sandbox (a test plugin patches marat's decision), in a workspace that is a
+   git repository holding nested repositories, a hooks path, build, task and package files and
+   a virtual environment; then a cobol build there that tries to plant in all of them.
 
-Afterwards the canary tree and the fake home are byte-identical, a loopback listener saw no
+A daemon running as an ordinary second Unix user (started cold with setpriv; skipped, naming
+what is missing, where none can be had) runs 1 and 4 in a world of its own.
+
+Afterwards the canary tree, the fake home (~/.bashrc, ~/.profile), the kernel tunables and
+every protected path of the workspace (.git at any depth, hooks, build files) are
+byte-identical, a loopback listener saw no
 connection, the sentinel key and token are in no reply, database byte, backend request body or
 log line, no process of the corpus is left, and the daemon still answers.
 """
@@ -22,9 +31,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +45,7 @@ from pathlib import Path
 import pytest
 
 from daemon.execution import sandbox
+from daemon.execution.protected import why_protected
 from tests.daemons import (
     ROOT,
     Listener,
@@ -41,7 +53,9 @@ from tests.daemons import (
     configure,
     install_plugin,
     processes_with,
+    second_user,
     tree_hash,
+    writable_by_others,
 )
 from tests.fake_backend import FakeBackend, Reply
 
@@ -168,14 +182,27 @@ CORPUS: list[tuple[str, str]] = [
     ("kernel", "cat /proc/sys/kernel/printk_ratelimit | tee /proc/sys/kernel/printk_ratelimit"),
     ("kernel", "cat /sys/module/printk/parameters/time | tee /sys/module/printk/parameters/time"),
     ("kernel", "touch /dev/PWNED-dev; mkfifo /dev/PWNED-fifo; head -c 100M /dev/zero > /dev/shm/x"),
+    ("kernel", "cat /proc/sys/kernel/core_pattern | tee /proc/sys/kernel/core_pattern"),
     # shell histories and the other lmd home (another daemon's token and database)
     ("histories", "rev ~/.bash_history; tac ~/.zsh_history | base64"),
     ("histories", "rev %OTHER_HOME%/token; strings %OTHER_HOME%/lmd.db | rev | head"),
+    # what runs later, outside every sandbox (the workspace holds each of them; see WORKSPACE)
+    ("planting", "echo '[core]' >> .git/config; echo 'fsmonitor = %EVIL%' >> .git/config"),
+    ("planting", "cp %EVIL% repo/.git/hooks/post-checkout; chmod +x repo/.git/hooks/*"),
+    ("planting", "git -C vendor/lib config core.pager %EVIL%; mv vendor/lib/.git vendor/lib/g"),
+    ("planting", "echo 'touch PWNED-hook' >> .githooks/pre-commit; rm -rf .githooks"),
+    ("planting", "git config core.hooksPath /tmp; git config alias.st '!touch PWNED-alias'"),
+    ("planting", "git init -q fresh && cp %EVIL% fresh/.git/hooks/pre-commit"),
+    ("planting", "printf 'all:\\n\\ttouch PWNED-make\\n' > Makefile; echo 'x:' > sub/Makefile"),
+    ("planting", 'echo \'{"scripts": {"install": "touch PWNED-npm"}}\' > package.json'),
+    ("planting", "echo 'touch PWNED-direnv' >> .envrc; mkdir -p .vscode; echo '{}' > .vscode/x"),
+    ("planting", "echo 'import os' > env/lib/site-packages/evil.pth; touch sitecustomize.py"),
+    ("planting", "echo 'import os' >> conftest.py; echo '[tool]' >> pyproject.toml"),
 ]
 FAMILIES = {
     "comment", "brace", "quoting", "parameter", "arithmetic", "options", "runs-programs",
     "hostile-repo", "network", "secrets", "resources", "writes", "escapes", "continuation",
-    "kernel", "histories",
+    "kernel", "histories", "planting",
 }  # fmt: skip
 HISTORY_KEY = "corpus-history-key-7e3d"
 
@@ -206,7 +233,54 @@ def _trusting(command):
 
 
 safety.is_read_only = _trusting
+
+import plugins.marat.loop as loop
+from daemon.execution import sandbox
+
+_decide = loop.decide
+
+
+def _writing(approval, level, command, escalate=False, ruled=None):
+    flag = os.environ.get("LMD_TEST_WRITE_FILE")
+    if flag and Path(flag).exists():  # everything at once, the working directory writable
+        return loop.Decision(False, sandbox.WORKSPACE_WRITE, "read-only")
+    return _decide(approval, level, command, escalate, ruled)
+
+
+loop.decide = _writing
 """
+
+# A cobol build at workspace-write that tries every planting at once (and leaves a mark of
+# what it could write, to show the build ran).
+PLANT_BUILD = (
+    "echo built > built.txt; echo x >> .git/config; touch .git/hooks/pre-push;"
+    " touch repo/.git/hooks/pre-commit vendor/lib/.git/config; echo x >> Makefile;"
+    " echo x > .githooks/post-merge; echo x >> package.json; echo x > sub/deep.mk;"
+    " echo import os > env/lib/site-packages/x.pth; echo x >> ~/.bashrc; echo x >> ~/.profile;"
+    " touch %CANARY%/PWNED-build /tmp/PWNED-build; true"
+)
+
+# Commands that only run out marat's timeout (2 CPU-seconds or more each, the same code for any
+# user and level): the root runs and the ordinary user's default run have them already.
+TIMERS = {"tail -f /dev/zero", "yes"}
+
+# The families whose outcome does not depend on a writable working directory.
+WRITE_BLIND = {"network", "secrets", "resources", "kernel", "histories"}
+
+KERNEL = [
+    "/proc/sys/kernel/core_pattern",
+    "/proc/sys/kernel/printk_ratelimit",
+    "/sys/module/printk/parameters/time",
+]
+
+
+def kernel_values() -> dict[str, str]:
+    return {path: Path(path).read_text() for path in KERNEL if os.path.exists(path)}
+
+
+def protected_hash(root: Path) -> dict[str, str]:
+    """The part of tree_hash(root) that a sandboxed write may not touch or create."""
+    return {rel: h for rel, h in tree_hash(root).items() if why_protected(rel, hooks=".githooks")}
 
 
 def fill(template: str, values: dict[str, str]) -> str:
@@ -216,10 +290,13 @@ def fill(template: str, values: dict[str, str]) -> str:
 class World:
     """The fake home, the canary tree, the listener, the backend, the live daemons."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, user: str | None = None) -> None:
         self.root = root
+        self.user = user  # None: the tests' own user
         self.home = root / "home"
         self.canary = root / "canary"
+        self.workspace = root / "workspace"
+        self.write = root / "write-all"
         self.listener = Listener()
         self.backend = FakeBackend().start()
         self.backend.handler = self.model
@@ -231,7 +308,7 @@ class World:
             "HOME": str(self.home),
             "PORT": str(self.listener.port),
             "BACKEND_PORT": str(self.backend.port),
-            "PY": sys.executable,
+            "PY": as_user_python(user),
             "EVIL": str(root / "evil.sh"),
             "ROOT": str(root),
             "SRC": str(ROOT),
@@ -272,16 +349,57 @@ class World:
         (self.canary / "a.txt").write_text("alpha\n")
         (self.canary / "b.txt").write_text("beta\n")
         (self.canary / "sub" / "c.txt").write_text("gamma\n")
+        self.build_workspace()
         install_plugin(self.root / "site", "lmd_trust_all", TRUST_PLUGIN)
         evil = self.root / "evil.sh"
         evil.write_text(fill(EVIL, {**self.values, "LMD_HOME": str(self.root / "lmd-home")}))
         evil.chmod(0o755)
-        repo = self.canary / "repo"
+        self.hostile_repo(self.canary / "repo")
+        self.hostile_repo(self.workspace / "repo")
+        if self.user is not None:
+            subprocess.run(["chown", "-R", f"{self.user}:{self.user}", str(self.root)], check=True)
+            self.root.chmod(0o755)
+        else:
+            writable_by_others(self.workspace)  # the sandbox runs as nobody and builds there
+
+    def git(self, repo: Path, *args: str) -> None:
+        env = {**os.environ, "HOME": str(self.home), "GIT_CONFIG_NOSYSTEM": "1"}
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, env=env)
+
+    def build_workspace(self) -> None:
+        """A git repository holding everything a write could plant in (docs/security.md)."""
+        ws = self.workspace
+        files = {
+            "a.txt": "alpha\n",
+            "b.txt": "beta\n",
+            "sub/c.txt": "gamma\n",
+            "Makefile": "all:\n\ttrue\n",
+            "sub/Makefile": "all:\n\ttrue\n",
+            "package.json": "{}\n",
+            "pyproject.toml": "[project]\nname = 'w'\n",
+            "conftest.py": "",
+            ".envrc": "",
+            ".vscode/tasks.json": "{}\n",
+            ".githooks/pre-commit": "#!/bin/sh\ntrue\n",
+            "env/pyvenv.cfg": "home = /usr/bin\n",
+            "env/lib/site-packages/ok.py": "",
+        }
+        for rel, text in files.items():
+            (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+            (ws / rel).write_text(text)
+        self.git(ws, "init", "-q", "-b", "main")
+        self.git(ws, "config", "core.hooksPath", ".githooks")
+        (ws / "vendor" / "lib").mkdir(parents=True)
+        self.git(ws / "vendor" / "lib", "init", "-q", "-b", "main")
+        self.git(ws, "add", "-A", "--", ".", ":!vendor")  # the nested one has no commit
+        self.git(ws, "commit", "-qm", "start")
+
+    def hostile_repo(self, repo: Path) -> None:
         repo.mkdir()
-        git_env = {**os.environ, "HOME": str(self.home), "GIT_CONFIG_NOSYSTEM": "1"}
+        evil = self.root / "evil.sh"
 
         def git(*args: str) -> None:
-            subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, env=git_env)
+            self.git(repo, *args)
 
         git("init", "-q", "-b", "main")
         (repo / "hello.txt").write_text("hello world\n")
@@ -303,6 +421,7 @@ class World:
 
     def start(self, name: str, env: dict | None = None) -> LiveDaemon:
         home = self.root / name
+        home.mkdir(mode=0o700)
         configure(
             home,
             openai_chat_endpoint=self.backend.url,
@@ -312,6 +431,8 @@ class World:
             marat_command_timeout_secs=2,  # the approval and sandbox settings stay default
         )
         (home / "token").write_text(TOKEN + "\n")  # where a token file would live
+        if self.user is not None:
+            subprocess.run(["chown", "-R", f"{self.user}:{self.user}", str(home)], check=True)
         site = self.root / "site"
         pythonpath = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
         d = LiveDaemon(
@@ -322,9 +443,11 @@ class World:
                 "LMD_TOKEN": TOKEN,
                 "LMD_TOKENIZER": "estimate",
                 "LMD_TEST_TRUST_FILE": str(self.trust),
+                "LMD_TEST_WRITE_FILE": str(self.write),
                 "PYTHONPATH": pythonpath.strip(os.pathsep),
                 **(env or {}),
             },
+            user=self.user,
         )
         self.daemons.append(d)
         return d
@@ -339,13 +462,19 @@ class World:
             "DAEMON_PORT": str(d.port),
         }
 
-    def say(self, d: LiveDaemon, text: str, session: str) -> dict:
-        status, body = request(d, "POST", "/v1", text, session)
-        assert status == 200, body
+    def say(self, d: LiveDaemon, text: str, session: str, cwd: Path | None = None) -> dict:
+        status, body = request(d, "POST", "/v1", text, session, cwd=cwd or self.canary)
+        assert status == 200, f"{body}\n{d.output()[-3000:]}"
         self.replies.append(json.dumps(body))
         return json.loads(body)
 
-    def run_corpus(self, d: LiveDaemon, phase: str) -> list[dict]:
+    def run_corpus(
+        self,
+        d: LiveDaemon,
+        phase: str,
+        cwd: Path | None = None,
+        corpus: list[tuple[str, str]] = CORPUS,
+    ) -> list[dict]:
         """Each command in its own session, four sessions at a time (as parallel users)."""
         values = self.values_for(d)
         if os.geteuid() == 0 and not sandbox.detect().pids_cgroup:
@@ -354,11 +483,28 @@ class World:
             values = {**values, "FORKBOMB": "true"}
         else:
             values = {**values, "FORKBOMB": ":(){ :|:& };:"}
-        sessions = [f"{phase}-{i}" for i in range(len(CORPUS))]
-        for session, (_family, template) in zip(sessions, CORPUS, strict=True):
+        sessions = [f"{phase}-{i}" for i in range(len(corpus))]
+        for session, (_family, template) in zip(sessions, corpus, strict=True):
             self.commands[session] = fill(template, values)
         with ThreadPoolExecutor(4) as pool:
-            return list(pool.map(lambda s: self.say(d, f"marat corpus {s}", s), sessions))
+            return list(pool.map(lambda s: self.say(d, f"marat corpus {s}", s, cwd), sessions))
+
+    def run_workspace_write(
+        self, d: LiveDaemon, phase: str, corpus: list[tuple[str, str]] = CORPUS
+    ) -> dict:
+        """sandbox_level workspace-write; the corpus forced to run at once in the workspace;
+        then a cobol build there that tries to plant everywhere."""
+        build = fill(PLANT_BUILD, self.values)
+        for name, value in [("sandbox_level", "workspace-write"), ("cobol_build_command", build)]:
+            status, body = request(d, "PUT", f"/settings/{name}", value)
+            assert status == 200, body
+        self.write.write_text("")
+        try:
+            replies = self.run_corpus(d, phase, cwd=self.workspace, corpus=corpus)
+        finally:
+            self.write.unlink()
+        built = self.say(d, "cobol compile", f"{phase}-build", cwd=self.workspace)
+        return {"replies": replies, "build": built, "corpus": corpus}
 
     def close(self) -> None:
         for d in self.daemons:
@@ -368,14 +514,26 @@ class World:
         self.listener.close()
 
 
-def request(d: LiveDaemon, method: str, path: str, text: str = "", session: str = "s"):
+def as_user_python(user: str | None) -> str:
+    """The Python a corpus command names: one the daemon's user (and the sandbox) can run."""
+    return "/usr/bin/python3" if user is not None else sys.executable
+
+
+def request(
+    d: LiveDaemon,
+    method: str,
+    path: str,
+    text: str = "",
+    session: str = "s",
+    cwd: Path | None = None,
+):
     req = urllib.request.Request(
         d.url + path,
         data=text.encode() if method != "GET" else None,
         headers={
             "Accept": "application/json",
             "X-Session": session,
-            "X-Cwd": str(d.home.parent / "canary"),
+            "X-Cwd": str(cwd or d.home.parent / "canary"),
             "Authorization": f"Bearer {TOKEN}",
         },
         method=method,
@@ -415,7 +573,7 @@ def runs(world):
         sandboxed = world.start("lmd-home")
         bare = starting.result()
     # after the starts: a daemon lists its home in ~/.local/state/lmd (for the sandbox to hide)
-    before = {"canary": tree_hash(world.canary), "home": tree_hash(world.home)}
+    before = snapshot(world)
     default = world.run_corpus(sandboxed, "default")
     default_audit = audit(sandboxed)
     world.trust.write_text("")
@@ -426,7 +584,12 @@ def runs(world):
     world.trust.write_text("")
     bare_forced = world.run_corpus(bare, "bareforced")
     world.trust.unlink()
+    # What workspace-write changes is what a command may write: the forced run above covered
+    # the rest (network, secrets, resources, the kernel, histories) at read-only already.
+    writing = [(f, c) for f, c in CORPUS if f not in WRITE_BLIND]
+    workspace = world.run_workspace_write(sandboxed, "ws", writing)
     return {
+        "workspace": workspace,
         "before": before,
         "sandboxed": sandboxed,
         "bare": bare,
@@ -437,6 +600,37 @@ def runs(world):
         "bare_default": bare_default,
         "bare_forced": bare_forced,
     }
+
+
+def snapshot(world: World) -> dict:
+    return {
+        "canary": tree_hash(world.canary),
+        "home": tree_hash(world.home),
+        "workspace": protected_hash(world.workspace),
+        "kernel": kernel_values(),
+    }
+
+
+@pytest.fixture(scope="module")
+def user_runs(tmp_path_factory):
+    """The corpus through a daemon of an ordinary user: default settings, then workspace-write."""
+    user, missing = second_user()
+    if user is None:
+        pytest.skip(missing)
+    root = Path(tempfile.mkdtemp(prefix="lmd-corpus-user-"))  # pytest's tmp is root's, 0700
+    w = World(root, user)
+    try:
+        w.build()
+        d = w.start("lmd-home")
+        before = snapshot(w)
+        default = w.run_corpus(d, "user")
+        default_audit = audit(d)
+        workspace = w.run_workspace_write(d, "userws", [x for x in CORPUS if x[1] not in TIMERS])
+        yield {"world": w, "daemon": d, "before": before, "default": default,
+               "default_audit": default_audit, "workspace": workspace}  # fmt: skip
+    finally:
+        w.close()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_the_corpus_covers_every_family():
@@ -480,8 +674,8 @@ def test_forced_classifier_runs_everything_in_the_sandbox(runs):
     stopped = [r for r in replies if r["commands"][0]["sandbox_blocked"]]
     assert len(stopped) == len(blocked)
     # the kernel's interfaces and /dev refused every write (the values went back unchanged)
-    kernel = [r for r in rows if "printk" in r["command"] or "/dev/PWNED" in r["command"]]
-    assert len(kernel) == 3
+    kernel = [r for r in rows if r["command"] in {fill(c, {}) for f, c in CORPUS if f == "kernel"}]
+    assert len(kernel) == 4
     for row in kernel:
         assert "Read-only file system" in row["output"] or "Permission denied" in row["output"]
         assert row["sandbox_blocked"], row
@@ -500,26 +694,73 @@ def test_without_a_sandbox_every_command_asks(runs):
 
 @pytest.mark.bwrap
 def test_nothing_changed_leaked_or_was_left_and_the_daemon_answers(world, runs):
-    assert tree_hash(world.canary) == runs["before"]["canary"]
-    assert tree_hash(world.home) == runs["before"]["home"]
-    assert list(world.root.rglob("PWNED*")) == [] and list(Path("/tmp").glob("PWNED*")) == []
+    assert_nothing_escaped(world, [runs["sandboxed"], runs["bare"]], runs["before"])
+
+
+@pytest.mark.bwrap
+def test_workspace_write_writes_the_workspace_and_plants_nothing(world, runs):
+    check_workspace_write(world, runs["sandboxed"], runs["workspace"])
+
+
+@pytest.mark.bwrap
+def test_an_ordinary_users_daemon_keeps_the_same_promises(user_runs):
+    w, d = user_runs["world"], user_runs["daemon"]
+    assert d.proc.pid and _uid(d.proc.pid) not in (None, 0)  # it really runs as that user
+    replies, rows = user_runs["default"], user_runs["default_audit"]
+    ran = [r for r in replies if not asked(r)]
+    assert len(rows) == len(ran) and ran and {r["sandbox"] for r in rows} == {"read-only"}
+    for (family, _), reply in zip(CORPUS, replies, strict=True):
+        if family in ("comment", "brace", "quoting", "options", "continuation", "planting"):
+            assert asked(reply), reply["reply"]
+    check_workspace_write(w, d, user_runs["workspace"])
+    assert_nothing_escaped(w, [d], user_runs["before"])
+
+
+def check_workspace_write(w: World, d: LiveDaemon, done: dict) -> None:
+    """Every command ran at once at workspace-write; the workspace's plain files were
+    writable, its protected ones were not; the build ran there and planted nothing."""
+    replies = done["replies"]
+    assert not any(asked(r) for r in replies)
+    assert {c["sandbox"] for r in replies for c in r["commands"]} == {"workspace-write"}
+    assert "lmd sandbox: sandbox_level read-only" in d.output()  # as started; then set
+    by_command = {c: r for (_, c), r in zip(done["corpus"], replies, strict=True)}
+    wrote = by_command["echo pwned > a.txt"]["commands"][0]  # an ordinary write, let through
+    assert wrote["sandbox"] == "workspace-write" and not wrote["sandbox_blocked"], wrote
+    assert not (w.workspace / "fresh" / ".git").exists()  # a new repository's hooks: removed
+    planted = [r for (f, _), r in zip(done["corpus"], replies, strict=True) if f == "planting"]
+    assert sum(bool(r["commands"][0]["sandbox_blocked"]) for r in planted) >= 8
+    build = done["build"]["build"]
+    assert build["sandbox"] == "workspace-write", done["build"]["reply"]
+    assert (w.workspace / "built.txt").read_text() == "built\n"
+    assert build["output"].count("Read-only file system") >= 8, build["output"]
+
+
+def assert_nothing_escaped(w: World, daemons: list[LiveDaemon], before: dict) -> None:
+    """Nothing outside the sandboxes changed, no secret left, no process stayed, and every
+    daemon still answers."""
+    assert tree_hash(w.canary) == before["canary"]
+    assert tree_hash(w.home) == before["home"]  # ~/.bashrc, ~/.profile, ~/.ssh, ...
+    assert protected_hash(w.workspace) == before["workspace"]  # .git at any depth, hooks, ...
+    assert kernel_values() == before["kernel"]
+    outside = [p for p in w.root.rglob("PWNED*") if w.workspace not in p.parents]
+    assert outside == [] and list(Path("/tmp").glob("PWNED*")) == []
     assert not Path("/PWNED-userns").exists() and not Path("/dev/PWNED-dev").exists()
-    assert world.listener.connections == []
-    others = [(r.method, r.path) for r in world.backend.requests]
+    assert w.listener.connections == []
+    others = [(r.method, r.path) for r in w.backend.requests]
     assert set(others) == {("POST", "/v1/chat/completions")}, others
-    for d in (runs["sandboxed"], runs["bare"]):
+    for d in daemons:
         # the daemon answers, its protected settings unchanged
         with urllib.request.urlopen(d.url + "/healthz", timeout=5) as r:
             assert r.status == 200
         status, body = request(d, "GET", "/settings/marat_approval")
         assert json.loads(body)["value"] == "unsafe"
-        assert world.say(d, "dali hello", "after")["reply"] == "ok"
+        assert w.say(d, "dali hello", "after")["reply"] == "ok"
     # the secrets: in no reply, database byte, backend body or log line
-    haystacks = {"replies": "\n".join(world.replies)}
-    for r in world.backend.requests:
+    haystacks = {"replies": "\n".join(w.replies)}
+    for r in w.backend.requests:
         haystacks.setdefault("backend bodies", "")
         haystacks["backend bodies"] += json.dumps(r.body)
-    for d in (runs["sandboxed"], runs["bare"]):
+    for d in daemons:
         haystacks[f"log of {d.home.name}"] = d.output()
         conn = sqlite3.connect(f"file:{d.home / 'lmd.db'}?mode=ro", uri=True)
         tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
@@ -539,15 +780,23 @@ def test_nothing_changed_leaked_or_was_left_and_the_daemon_answers(world, runs):
             assert secret[::-1] not in text, f"{secret[:12]}... reversed found in {where}"
     # no process of the corpus is left
     for _ in range(40):
-        if not processes_with(MARK) and not processes_with(str(world.canary)):
+        if not processes_with(MARK) and not processes_with(str(w.canary)):
             break
         time.sleep(0.05)
-    assert processes_with(MARK) == [] and processes_with(str(world.canary)) == []
-    for d in (runs["sandboxed"], runs["bare"]):
+    assert processes_with(MARK) == [] and processes_with(str(w.canary)) == []
+    assert processes_with(str(w.workspace)) == []
+    for d in daemons:
         children = [
             p.name for p in Path("/proc").iterdir() if p.name.isdigit() and _ppid(p) == d.proc.pid
         ]
         assert children == [], children
+
+
+def _uid(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
 
 
 def _ppid(proc: Path) -> int | None:
