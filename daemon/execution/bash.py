@@ -74,6 +74,12 @@ def simple_commands(command: str) -> list[SimpleCommand]:
     text = join_continuations(command)
     if any(ord(c) < 32 and c not in "\n\t" for c in text) or "\x7f" in text:
         raise Unmodelled("a control character")
+    brace = text.find("{")
+    if brace >= 0 and any(ord(c) > 0xFFFF for c in text[brace:]):
+        # tree-sitter-bash 0.25.1 reads out of bounds, and crashes the process (SIGSEGV, as
+        # in this test suite once), on a `{` followed later by a character outside the Basic
+        # Multilingual Plane (an emoji): tree-sitter/tree-sitter-bash#337. Not read: asked.
+        raise Unmodelled("a brace before a character this reader cannot take")
     tree = _parser().parse(text.encode("utf-8", "surrogatepass"))
     if tree.root_node.has_error:
         raise Unmodelled("bash would not read it as written")

@@ -156,6 +156,19 @@ def test_never_crashes(text):
     assert is_read_only(text) in (True, False)
 
 
+@pytest.mark.parametrize("command", ["{\U00031860", "echo { 😀", "ls {a,b} && echo 🎉"])
+def test_a_brace_before_an_emoji_is_asked_about_never_parsed(command):
+    """tree-sitter-bash 0.25.1 can crash the process (SIGSEGV) on a `{` followed by a
+    character beyond U+FFFF (tree-sitter/tree-sitter-bash#337; it killed a test worker here):
+    such a command is not parsed, and so asks."""
+    from daemon.execution.bash import Unmodelled, simple_commands
+
+    with pytest.raises(Unmodelled, match="a brace before a character"):
+        simple_commands(command)
+    assert not is_read_only(command)
+    assert is_read_only("echo 😀")  # an emoji alone is read as ever
+
+
 # -- the bash grammar: what bash makes of a command, not what splitting guesses ---------------
 @pytest.mark.parametrize(
     "command",
