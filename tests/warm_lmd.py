@@ -95,6 +95,9 @@ def reap():
 selector = selectors.DefaultSelector()
 selector.register(listener, selectors.EVENT_READ)
 selector.register(wake_r, selectors.EVENT_READ)
+# Its stdin is a pipe its starter never writes: at its end the starter is gone (a worker that
+# crashed runs no atexit), and the warm process ends with every child in its process group.
+selector.register(0, selectors.EVENT_READ)
 print("ready", flush=True)
 while True:
     events = selector.select()
@@ -106,6 +109,8 @@ while True:
             except BlockingIOError:
                 break
         reap()
+    if any(key.fileobj == 0 for key, _ in events) and not os.read(0, 512):
+        os.killpg(0, signal.SIGKILL)
     if not any(key.fileobj is listener for key, _ in events):
         continue
     conn, _ = listener.accept()
@@ -132,6 +137,7 @@ while True:
     os.close(wake_r)
     os.close(wake_w)
     listener.close()
+    os.close(0)  # the starter's pipe: replaced by the request's stdin below
     for other in detached.values():
         other.close()
     if request.get("detach"):
@@ -194,7 +200,7 @@ class WarmLmd:
             [sys.executable, "-c", SERVER.format(preload=self.preload), str(self.socket_path)],
             env=self.env,
             cwd=ROOT,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,  # never written: its end tells the warm process to end
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -253,6 +259,7 @@ class WarmLmd:
                 pass
             self.proc.wait()
             self.proc.stdout.close()
+            self.proc.stdin.close()
             self.proc = None
 
 
