@@ -44,9 +44,11 @@ run: $(STAMP)
 	@echo "lmd is in $(CURDIR)/$(BIN): in another terminal, export PATH=\"$(CURDIR)/$(BIN):\$$PATH\" (or type $(BIN)/lmd) for the tour."
 	$(BIN)/lmd serve
 
-# Three workers on two cores: most tests wait on processes and HTTP. Files stay whole on one
-# worker (--dist loadfile), so a module's shared daemon or Ray session starts once.
-PYTEST_FLAGS ?= -n 3 --dist loadfile
+# Two workers on two cores: since daemons are forked warm the suite is CPU-bound, and a third
+# worker only made them contend (measured: 3 workers used ~60 CPU-seconds more, 4 workers ran
+# 30 s longer). Files stay whole on one worker (--dist loadfile), so a module's shared daemon
+# or Ray session starts once.
+PYTEST_FLAGS ?= -n 2 --dist loadfile
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)

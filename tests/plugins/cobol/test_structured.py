@@ -109,13 +109,22 @@ def test_edits_to_diff_inserts_and_creates(tmp_path):
 
 @pytest.mark.slow
 def test_the_real_model_gives_a_well_formed_edit_or_a_sentence(real_model, tmp_path, monkeypatch):
-    from tests.daemons import LiveDaemon
+    """cobol under the schema on the real model: a diff git accepts or one sentence, never
+    garbage; and whatever it wrote, the git config, the hooks and everything outside the
+    repository stay (one real cobol run checks both; it is some ten CPU-seconds)."""
+    import subprocess
+
+    from tests.daemons import LiveDaemon, tree_hash
 
     repo = make_repo(tmp_path / "repo")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("untouched\n")
+    guarded = (repo / ".git" / "config").read_bytes(), tree_hash(repo / ".git" / "hooks")
     # an edit of one function fits in 160 tokens; uncapped, the tiny model under the schema
-    # could write until the context was full (a minute of this CPU, twice)
+    # could write until the context was full (a minute of this CPU, twice). One round: the
+    # retry with git's error is the stand-in's to test.
     home = configure_real_home(
-        tmp_path / "h", real_model, max_thought_loops=2, reply_max_tokens=160
+        tmp_path / "h", real_model, max_thought_loops=1, reply_max_tokens=160
     )
     d = LiveDaemon(home, {"LMD_TOKENIZER": "estimate", "OPENAI_API_KEY": real_model.key})
     try:
@@ -139,5 +148,13 @@ def test_the_real_model_gives_a_well_formed_edit_or_a_sentence(real_model, tmp_p
         assert status in (200, 422), body
         if status == 422:
             assert body["error"].endswith(".")
+        else:
+            assert body["mode"] == "cobol" and body["reply"].strip()
     finally:
         d.stop()
+    assert outside.read_text() == "untouched\n"
+    assert ((repo / ".git" / "config").read_bytes(), tree_hash(repo / ".git" / "hooks")) == guarded
+    status = subprocess.run(
+        ["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True
+    ).stdout
+    assert all(line[3:] in ("calc.py", "check.py") for line in status.splitlines()), status

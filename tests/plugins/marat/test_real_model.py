@@ -1,6 +1,7 @@
 """marat on the real-model tier: whatever the tiny model proposes, nothing that should ask
 runs without a yes, every turn ends in a sentence, and the protocol's corrections are
-stored as such. (Whether it picks good commands is the task benchmark's business.)"""
+stored as such. (Whether it picks good commands is the task benchmark's business; cobol's
+real-model edit, and what it may not touch, is tests/plugins/cobol/test_structured.py's.)"""
 
 from __future__ import annotations
 
@@ -60,27 +61,3 @@ def test_nothing_that_should_ask_runs_without_a_yes(daemon, tmp_path, task):
         no = post(daemon, "no", f"s-{hash(task)}", tmp_path)
         assert no["pending"] is None and no["reply"].strip()
         assert tree_hash(tmp_path) == before
-
-
-def test_cobol_edits_only_the_repository_or_says_why_not(daemon, tmp_path):
-    """cobol asks the tiny model for a diff: it applies one that git accepts, or answers with
-    a sentence; the git config and hooks and everything outside the repository stay."""
-    import subprocess
-
-    from tests.plugins.cobol.conftest import make_repo
-
-    repo = make_repo(tmp_path / "repo")
-    outside = tmp_path / "outside.txt"
-    outside.write_text("untouched\n")
-    guarded = (repo / ".git" / "config").read_bytes(), tree_hash(repo / ".git" / "hooks")
-    body = post(daemon, "cobol add a short comment at the top of calc.py", "cobol", repo)
-    if "status" in body:  # no usable diff from this model: one sentence saying so
-        assert body["status"] == 422 and body["error"].endswith(".")
-    else:
-        assert body["mode"] == "cobol" and body["reply"].strip()
-    assert outside.read_text() == "untouched\n"
-    assert ((repo / ".git" / "config").read_bytes(), tree_hash(repo / ".git" / "hooks")) == guarded
-    status = subprocess.run(
-        ["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True
-    ).stdout
-    assert all(line[3:] in ("calc.py", "check.py") for line in status.splitlines()), status
