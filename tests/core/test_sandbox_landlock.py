@@ -114,6 +114,10 @@ def test_a_fifo_of_an_ordinary_users_daemon_refuses_a_sandboxed_writer(request):
     request.addfinalizer(lambda: shutil.rmtree(copy, ignore_errors=True))
     daemon_dir = Path(sandbox.__file__).resolve().parent.parent
     shutil.copytree(daemon_dir, copy / "daemon", ignore=shutil.ignore_patterns("__pycache__"))
+    # the applier root's detection found (beside its source, or in /var/cache/lmd), beside the
+    # copy's source: the second user has no home to build one in
+    applier = Path(found.landlock)
+    shutil.copy2(applier, copy / "daemon" / "execution" / applier.name)
     for p in [copy, *copy.rglob("*")]:
         p.chmod(0o755 if p.is_dir() or p.name.startswith("lmd-landlock-") else 0o644)
     setpriv = ["setpriv", f"--reuid={name}", f"--regid={name}", "--clear-groups"]
