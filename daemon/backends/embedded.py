@@ -47,18 +47,25 @@ def bundled_model_path() -> Path | None:
 
 def check_gguf(path: Path) -> None:
     """Refuse, in one sentence, a model file that is missing or not a GGUF file."""
+    name = str(path)
+    shown = name if name.isprintable() else repr(name)  # a newline may not split the sentence
     try:
         with open(path, "rb") as f:
             magic = f.read(4)
     except FileNotFoundError:
         raise LmdError(
-            f"The model file {path} does not exist; set embedded_model_path to a GGUF file."
+            f"The model file {shown} does not exist; set embedded_model_path to a GGUF file."
         ) from None
     except OSError as e:
-        raise LmdError(f"I could not read the model file {path} ({e.strerror}).") from None
+        raise LmdError(f"I could not read the model file {shown} ({e.strerror}).") from None
+    except ValueError:  # a NUL character: no file has such a name
+        raise LmdError(
+            f"The model file name {shown} holds a NUL character; set embedded_model_path to a "
+            "GGUF file."
+        ) from None
     if magic != GGUF_MAGIC:
         raise LmdError(
-            f"The model file {path} is not a GGUF file; the embedded server reads only GGUF."
+            f"The model file {shown} is not a GGUF file; the embedded server reads only GGUF."
         )
 
 
