@@ -44,11 +44,11 @@ run: $(STAMP)
 	@echo "lmd is in $(CURDIR)/$(BIN): in another terminal, export PATH=\"$(CURDIR)/$(BIN):\$$PATH\" (or type $(BIN)/lmd) for the tour."
 	$(BIN)/lmd serve
 
-# Two workers on two cores: since daemons are forked warm the suite is CPU-bound, and a third
-# worker only made them contend (measured: 3 workers used ~60 CPU-seconds more, 4 workers ran
-# 30 s longer). Files stay whole on one worker (--dist loadfile), so a module's shared daemon
-# or Ray session starts once.
-PYTEST_FLAGS ?= -n 2 --dist loadfile
+# Three workers on two cores: the suite is mostly CPU-bound, but each worker also waits (on a
+# timeout, a lock, the model server); a third fills those waits (measured back to back on the
+# same code: 3 workers 327-328 s, 2 workers 339 s; 4 workers ran longer). Files stay whole on
+# one worker (--dist loadfile), so a module's shared daemon or Ray session starts once.
+PYTEST_FLAGS ?= -n 3 --dist loadfile
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)

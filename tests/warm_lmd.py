@@ -54,6 +54,9 @@ import openai.resources.chat.completions.completions, openai.resources.completio
 import daemon.execution.bash, plugins.marat.loop, plugins.cobol.mode, plugins.elo.store  # noqa
 import tree_sitter, tree_sitter_bash  # noqa: the bash reader, on a command's first question
 import mcp, mcp.client.stdio, mcp.client.streamable_http  # noqa: what marat's MCP tools import
+from daemon.backends.http_pools import ssl_context
+
+ssl_context()  # the CA certificates, loaded once (~0.1 CPU-s) rather than in every daemon
 """
 
 SERVER = """\
