@@ -160,7 +160,13 @@ async def run_command(
     start = time.monotonic()
     variables = sandboxing.command_env(cwd, env, passthrough)
     writes = sandbox is not None and bool(sandbox.writable)
-    before = set(sandbox.protected_inside) if writes else set()
+    before: set[str] = set()
+    if writes:
+        # What stays read-only in the workspace, found once for the sandbox's arguments and the
+        # comparison afterwards; in a thread, since walking a big tree would stall the event
+        # loop that serves every other request.
+        sandbox = await asyncio.to_thread(sandbox.with_protected)
+        before = set(sandbox.protected_inside)
     prepared = None
     if sandbox is not None:
         script = sandboxing.wrap_script(sandbox, command, setup)
@@ -180,7 +186,7 @@ async def run_command(
         if prepared is not None:
             prepared.close()  # nothing of the command survives it, even as root
     text, overflow, exit_code, timed_out = result
-    removed = _remove_planted(sandbox, before) if writes else ()
+    removed = await asyncio.to_thread(_remove_planted, sandbox, before) if writes else ()
     if removed:
         names = ", ".join(os.path.relpath(p, sandbox.writable[0]) for p in removed[:5])
         text += f"\n[lmd removed what it created that other tools would run on their own: {names}]"
@@ -211,7 +217,7 @@ async def run_command(
 def _remove_planted(policy: Policy, before: set[str]) -> tuple[str, ...]:
     """What existed there was read-only in the sandbox; what the command created there (a new
     nested .git with its hooks, a Makefile, a .pth) would run later, outside it: it goes."""
-    planted = tuple(sorted(set(policy.protected_inside) - before))
+    planted = tuple(sorted(set(policy.find_protected()) - before))  # the disk now, not before
     for path in planted:
         if os.path.isdir(path) and not os.path.islink(path):
             # errors ignored: another command may remove or write the same tree meanwhile

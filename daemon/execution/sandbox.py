@@ -146,19 +146,30 @@ class Policy:
     hidden: tuple[str, ...] = ()  # paths replaced by something empty and read-only
     writable: tuple[str, ...] = ()  # workspace-write: the working directory
     limits: Limits = field(default_factory=Limits)
+    found: tuple[str, ...] | None = None  # protected_inside as with_protected() found it
 
     @property
     def protected_inside(self) -> tuple[str, ...]:
         """Inside a writable root, what other tools run on their own stays read-only: every
         `.git` at any depth, the hooks path, build, task and package files (see
         daemon/execution/protected.py). A sandboxed build must not plant a hook, a config
-        (core.fsmonitor) or a Makefile rule that a later, approved command would run."""
+        (core.fsmonitor) or a Makefile rule that a later, approved command would run.
+        What with_protected() found, or looked for now."""
+        return self.found if self.found is not None else self.find_protected()
+
+    def find_protected(self) -> tuple[str, ...]:
+        """protected_inside as the disk holds it now (a walk of the writable roots)."""
         from daemon.execution.protected import protected_in
 
         found: list[str] = []
         for root in self.writable:
             found += protected_in(root)
         return tuple(found)
+
+    def with_protected(self) -> Policy:
+        """This policy with protected_inside looked for once, now (a walk of the workspace
+        reads the disk: a caller on the event loop runs this in a thread)."""
+        return dataclasses.replace(self, found=self.find_protected())
 
 
 def hidden_paths(home: str, lmd_home: str | None, extra: list[str] | tuple[str, ...] = ()) -> list:

@@ -407,6 +407,34 @@ def test_workspace_write_removes_what_a_command_planted(tmp_path):
 
 
 @pytest.mark.bwrap
+def test_the_workspace_is_walked_off_the_event_loop_once_before_and_once_after(
+    tmp_path, monkeypatch
+):
+    """Finding what stays read-only walks the whole workspace: never on the event loop (it
+    serves every other request meanwhile), once for the sandbox and once for what was planted."""
+    import threading
+
+    from daemon.execution import protected
+
+    work = tmp_path / "work"
+    (work / ".git").mkdir(parents=True)
+    writable_by_others(work)
+    walks: list[bool] = []
+    real = protected.protected_in
+
+    def watched(root: str, limit: int = 20000) -> list[str]:
+        walks.append(threading.current_thread() is threading.main_thread())
+        return real(root, limit)
+
+    monkeypatch.setattr(protected, "protected_in", watched)
+    pol = Policy("workspace-write", str(work), str(tmp_path), writable=(str(work),))
+    r = run("git init -q fresh; touch .git/x; echo done", work, pol)  # asyncio.run: main thread
+    assert walks == [False, False], walks
+    assert r.output.count("Read-only file system") == 1 and r.removed == (str(work / "fresh/.git"),)
+    assert not (work / "fresh" / ".git").exists() and not (work / ".git" / "x").exists()
+
+
+@pytest.mark.bwrap
 def test_memory_file_size_and_cpu_limits_bite(tmp_path):
     lim = Limits(memory_mb=200, cpu_secs=1, file_size_mb=1, max_processes=64)
     pol = policy(tmp_path, limits=lim)
