@@ -9,6 +9,7 @@ import asyncio
 import os
 import shutil
 import signal
+import stat
 import sys
 import time
 from collections.abc import Sequence
@@ -219,15 +220,38 @@ def _remove_planted(policy: Policy, before: set[str]) -> tuple[str, ...]:
     nested .git with its hooks, a Makefile, a .pth) would run later, outside it: it goes."""
     planted = tuple(sorted(set(policy.find_protected()) - before))  # the disk now, not before
     for path in planted:
-        if os.path.isdir(path) and not os.path.islink(path):
-            # errors ignored: another command may remove or write the same tree meanwhile
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass  # gone already (inside a folder removed before it)
+        for root in policy.writable:
+            rel = os.path.relpath(path, root)
+            if rel != "." and rel.split(os.sep)[0] != "..":  # only ever inside the workspace
+                _remove_inside(root, rel)
+                break
     return planted
+
+
+def _remove_inside(root: str, rel: str) -> None:
+    """Remove root/rel without following a symlink on the way: another command in the same
+    workspace may have swapped a folder on that path for a link to one outside it."""
+    parts = rel.split(os.sep)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(root, flags)
+    except OSError:
+        return
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, flags, dir_fd=fd)  # a symlink here: ELOOP/ENOTDIR, we stop
+            os.close(fd)
+            fd = inner
+        name = parts[-1]
+        if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+            # errors ignored: another command may remove or write the same tree meanwhile
+            shutil.rmtree(name, dir_fd=fd, ignore_errors=True)
+        else:
+            os.unlink(name, dir_fd=fd)  # a file, or a symlink itself (never its target)
+    except OSError:
+        pass  # gone already (inside a folder removed before it), or not a folder any more
+    finally:
+        os.close(fd)
 
 
 async def _run(

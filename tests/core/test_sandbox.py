@@ -434,6 +434,27 @@ def test_the_workspace_is_walked_off_the_event_loop_once_before_and_once_after(
     assert not (work / "fresh" / ".git").exists() and not (work / ".git" / "x").exists()
 
 
+def test_planted_paths_are_removed_without_following_a_swapped_in_symlink(tmp_path, monkeypatch):
+    """Between the walk that finds a planted `fresh/.git` and its removal, another command in
+    the same workspace swaps `fresh` for a link to a folder outside: nothing outside goes."""
+    from daemon.execution import runner
+
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    (outside / ".git").mkdir(parents=True)
+    (outside / ".git" / "config").write_text("mine\n")
+    (outside / "Makefile").write_text("all:\n")
+    work.mkdir()
+    (work / "fresh").symlink_to(outside)  # the swap, already done
+    (work / "Makefile").symlink_to(outside / "Makefile")  # a planted link: it goes, not its target
+    pol = Policy("workspace-write", str(work), str(tmp_path), writable=(str(work),))
+    found = (str(work / "fresh" / ".git"), str(work / "Makefile"), str(tmp_path / "x"))
+    monkeypatch.setattr(Policy, "find_protected", lambda self: found)
+    assert runner._remove_planted(pol, set()) == tuple(sorted(found))
+    assert (outside / ".git" / "config").read_text() == "mine\n"
+    assert (outside / "Makefile").read_text() == "all:\n"
+    assert not (work / "Makefile").is_symlink() and (work / "fresh").is_symlink()
+
+
 @pytest.mark.bwrap
 def test_memory_file_size_and_cpu_limits_bite(tmp_path):
     lim = Limits(memory_mb=200, cpu_secs=1, file_size_mb=1, max_processes=64)
