@@ -7,7 +7,9 @@ Prints numbers and ratios measured in this run; asserts nothing.
     cached count, and the offline estimate;
 (c) dali's added latency through a live daemon (bench_core (a)'s method, 1,000 prompts of
     history) when the backend has a tokenize endpoint and lmd counts with it, against the
-    same daemon counting with the estimate.
+    same daemon counting with the estimate;
+(d) reading a 600-token prompt on one thread: lmd's embedded server (the logits of only the
+    rows it reads) against llama-cpp-python's own server computing every row (`logits_all`).
 
 Run: .venv/bin/python benchmarks/bench_embedded.py [--quick]
 """
@@ -144,11 +146,56 @@ def bench_dali(tmp: Path) -> None:
         backend.stop()
 
 
+PLAIN_SERVER = b"""
+import os, sys
+os.execv(sys.executable, [sys.executable, "-m", "llama_cpp.server", "--config_file", sys.argv[2]])
+"""
+
+
+def bench_prompt_reading() -> None:
+    import json
+    import urllib.request
+    from unittest import mock
+
+    from daemon.backends import embedded
+
+    def read(server: embedded.EmbeddedServer, i: int) -> tuple[float, int]:
+        text = f"Note {i}: " + "the cat sat on the mat and looked at the dog " * 60
+        body = json.dumps({"prompt": text, "max_tokens": 1, "temperature": 0}).encode()
+        headers = {"Authorization": f"Bearer {server.key}", "Content-Type": "application/json"}
+        req = urllib.request.Request(server.url + "/completions", body, headers)
+        t = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=300) as r:
+            used = json.loads(r.read())["usage"]["prompt_tokens"]
+        return time.perf_counter() - t, used
+
+    runs = 2 if QUICK else 5
+    path = embedded.bundled_model_path()
+    ours = embedded.EmbeddedServer(path, n_ctx=2048, n_threads=1).start()
+    with mock.patch.object(embedded, "_server_program", lambda: PLAIN_SERVER):
+        plain = embedded.EmbeddedServer(path, n_ctx=2048, n_threads=1).start()
+    try:
+        times: dict[str, list[float]] = {"ours": [], "plain": []}
+        for i in range(runs):  # alternated, so a change of machine speed hits both
+            for name, server in (("ours", ours), ("plain", plain)):
+                took, used = read(server, i)
+                times[name].append(took)
+        o, p = statistics.median(times["ours"]), statistics.median(times["plain"])
+        print(f"(d) reading a {used}-token prompt on one thread, median of {runs}")
+        print(f"    lmd's embedded server (rows it reads): {ms(o)} ({used / o:.0f} tokens/s)")
+        print(f"    every row (logits_all):                {ms(p)} ({used / p:.0f} tokens/s)")
+        print(f"    ratio {p / o:.2f}x")
+    finally:
+        ours.stop()
+        plain.stop()
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         bench_startup()
         bench_counting()
         bench_dali(Path(tmp))
+        bench_prompt_reading()
 
 
 if __name__ == "__main__":

@@ -81,19 +81,18 @@ def engine_missing() -> str | None:
     return None
 
 
-# The server's parent watch: the child asks the kernel for SIGKILL when the daemon (the thread
-# that started it) dies, even by SIGKILL, then becomes the server. Checking the parent's pid
-# after asking closes the race of a daemon that died in between.
-_WRAPPER = """
-import ctypes, os, signal, sys
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-except (AttributeError, OSError):
-    pass  # not Linux: the daemon stops the server on its way out
-if os.getppid() != int(sys.argv[2]):
-    sys.exit(0)
-os.execv(sys.executable, [sys.executable, "-m", "llama_cpp.server", "--config_file", sys.argv[1]])
-"""
+# The server process runs a copy of llama_server.py kept beside its configuration: a bare
+# interpreter runs it, even when lmd itself is a zip application.
+SERVER_PROGRAM = "lmd_llama_server.py"
+
+
+def _server_program() -> bytes:
+    """The text of llama_server.py, read the way a zip application allows."""
+    import pkgutil
+
+    data = pkgutil.get_data(__package__, "llama_server.py")
+    assert data is not None  # a module of this package: its loader can read it
+    return data
 
 
 def free_port() -> int:
@@ -166,10 +165,13 @@ class EmbeddedServer:
         fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(self.config(), f)
+        program = folder / SERVER_PROGRAM
+        program.write_bytes(_server_program())
         self.log_path = folder / "server.log"
+        argv = [sys.executable, str(program), "--config_file", str(conf), str(os.getpid())]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", _WRAPPER, str(conf), str(os.getpid())],
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon.backends.embedded import SERVER_PROGRAM
 from daemon.backends.supervisor import Supervisor
 from tests.daemons import ROOT, LiveDaemon, configure, free_port, lmd_in_process, say, wait_for
 
@@ -51,7 +52,7 @@ def server_pids(daemon_pid: int) -> list[int]:
             cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"llama_cpp.server" in cmdline:
+        if SERVER_PROGRAM.encode() in cmdline:
             pids.append(child)
     return pids
 
@@ -85,7 +86,8 @@ def test_no_backend_configured_means_the_bundled_model_answers(tmp_path):
         # its key is in a private file, not on its command line
         cmdline = Path(f"/proc/{server}/cmdline").read_bytes()
         assert b"api_key" not in cmdline and b"--config_file" in cmdline
-        conf = Path(cmdline.split(b"\0")[-2].decode())
+        argv = cmdline.split(b"\0")
+        conf = Path(argv[argv.index(b"--config_file") + 1].decode())
         assert conf.stat().st_mode & 0o777 == 0o600
         assert conf.parent.stat().st_mode & 0o777 == 0o700
         # doctor names it

@@ -1,0 +1,110 @@
+"""The embedded server computes only the logits rows it reads (daemon/backends/llama_server.py),
+and its logprobs are those of llama-cpp-python's own server computing every row.
+
+Both servers run the bundled model with 8-token batches, so a prompt spans several batches and
+a later prompt reuses part of an earlier one, as in the daemon's conversations.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass
+
+import pytest
+
+from daemon.backends import embedded
+from daemon.backends.embedded import EmbeddedServer, bundled_model_path, engine_missing
+
+pytestmark = pytest.mark.skipif(
+    engine_missing() is not None or bundled_model_path() is None,
+    reason="needs the embedded extra (make test installs it)",
+)
+
+PLAIN = b"""
+import os, sys
+os.execv(sys.executable, [sys.executable, "-m", "llama_cpp.server", "--config_file", sys.argv[2]])
+"""
+
+
+@dataclass
+class SmallBatches(EmbeddedServer):
+    def config(self) -> dict:
+        conf = super().config()
+        conf["models"][0]["n_batch"] = 8
+        return conf
+
+
+def post(server: EmbeddedServer, path: str, body: dict) -> dict:
+    req = urllib.request.Request(
+        server.url + path,
+        json.dumps({"temperature": 0, **body}).encode(),
+        {"Authorization": f"Bearer {server.key}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+STORY = "Anna has three red apples and two green pears. She gives one apple to Ben, who"
+# in this order: fresh, prefix reused, the exact prompt again, echo of a prefix, fresh again
+ASKED = [
+    ("/completions", {"prompt": STORY, "max_tokens": 2, "logprobs": 3}),
+    ("/completions", {"prompt": STORY + " thanks her and", "max_tokens": 2, "logprobs": 3}),
+    ("/completions", {"prompt": STORY + " thanks her and", "max_tokens": 2, "logprobs": 3}),
+    ("/completions", {"prompt": STORY[:33], "max_tokens": 2, "logprobs": 2, "echo": True}),
+    ("/completions", {"prompt": STORY, "max_tokens": 2, "logprobs": 3}),
+]
+
+
+def logprobs_of(reply: dict) -> list:
+    """Every position's token, its logprob and the top tokens' (the chat API's logprobs are
+    the same numbers in another shape)."""
+    lp = reply["choices"][0]["logprobs"]
+    return [lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]]
+
+
+def close(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) < 1e-3
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def test_logprobs_are_those_of_the_server_computing_every_row(monkeypatch):
+    path = bundled_model_path()
+    ours = SmallBatches(path, n_ctx=256, n_threads=1)
+    ours.spawn()
+    monkeypatch.setattr(embedded, "_server_program", lambda: PLAIN)
+    plain = SmallBatches(path, n_ctx=256, n_threads=1)
+    plain.spawn()
+    try:
+        ours.wait_ready(60)
+        plain.wait_ready(60)
+        for where, body in ASKED:
+            got, want = post(ours, where, body), post(plain, where, body)
+            assert got["choices"][0].get("text") == want["choices"][0].get("text"), body
+            assert close(logprobs_of(got), logprobs_of(want)), (body, got, want)
+            if body.get("echo"):  # the prompt's own rows came too (the first has none)
+                tokens, numbers, _ = logprobs_of(got)
+                assert len(tokens) >= 5 and numbers[0] is None and None not in numbers[1:]
+    finally:
+        ours.stop()
+        plain.stop()
+
+
+def test_the_server_program_patches_this_llama_cpp_python():
+    """A llama-cpp-python whose internals moved keeps its own (slower, correct) behaviour; this
+    one, the version `make` installs, is patched."""
+    program = embedded._server_program().decode()
+    check = (
+        "import llama_cpp.llama as l; before = l.Llama.eval\n"
+        + program.replace('if __name__ == "__main__":', "if False:")
+        + "\n_last_rows_only(); assert l.Llama.eval is not before; print('patched')"
+    )
+    ran = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert ran.stdout.strip() == "patched", ran.stderr
