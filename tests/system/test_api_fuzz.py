@@ -9,8 +9,6 @@ import collections
 import time
 
 import pytest
-import schemathesis
-from schemathesis import checks
 
 from tests.daemons import IN_PROCESS, configure, plugin_module
 
@@ -113,6 +111,9 @@ def test_openapi_declares_bearer_security_when_a_token_is_set(make_client):
 
 def test_schemathesis_finds_no_server_errors(home, backend, tmp_path):
     """Every operation (core and plugin), fuzzed from the description, on a fresh daemon each."""
+    import schemathesis  # here, not at collection: every worker would import it
+    from schemathesis import checks
+
     from daemon.http.app import create_app
 
     seen = collections.Counter()
@@ -318,6 +319,9 @@ def test_a_mode_changing_settings_over_v1_respects_protection(make_client):
 def test_schemathesis_with_a_token_checks_auth_on_every_operation(home, backend):
     """With a token, the description declares bearer auth; schemathesis's auth checks (a
     request without the token must be refused) run on every operation."""
+    import schemathesis  # here, not at collection: every worker would import it
+    from schemathesis import checks
+
     from daemon.http.app import create_app
 
     token = "fuzz-token-1234"

@@ -7,8 +7,6 @@ import collections
 import time
 
 import pytest
-import schemathesis
-from schemathesis import checks
 
 from tests.daemons import IN_PROCESS, configure
 from tests.plugins.selectit.conftest import dist_reply
@@ -44,6 +42,9 @@ def test_feature_routes_are_documented(make_client):
 
 
 def test_schemathesis_on_feature_routes(home, backend, tmp_path):
+    import schemathesis  # here, not at collection: every worker would import it
+    from schemathesis import checks
+
     from daemon.http.app import create_app
 
     # a score for LM_SCORE and a command for propose; rating logprobs for SelectIT

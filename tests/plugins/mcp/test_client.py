@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,8 @@ from daemon.mcpconfig import load
 from tests.daemons import free_port, lmd_in_process
 from tests.fake_backend import Reply
 
-pytest.importorskip("mcp")
+# found, not imported: importing the SDK at collection cost every test worker a second
+pytestmark = pytest.mark.skipif(find_spec("mcp") is None, reason="needs pip install 'lmd[mcp]'")
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
 SECRET = "supersecretvalue123"

@@ -12,13 +12,15 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
 
 from tests.daemons import ROOT, free_port
 
-mcp = pytest.importorskip("mcp")
+# found, not imported: importing the SDK at collection cost every test worker a second
+pytestmark = pytest.mark.skipif(find_spec("mcp") is None, reason="needs pip install 'lmd[mcp]'")
 
 TOOLS = {"say", "approve", "lm_score", "selectit", "elo_leaderboard", "history_search"}
 
