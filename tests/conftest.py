@@ -26,9 +26,9 @@ from tests.fake_backend import FakeBackend
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules with `slow` tests run first: under xdist (make test) no long module is left
-    running alone at the end. Tests marked `bwrap` run the real sandbox: skip them, saying
-    why, where none can be had."""
+    """Modules with `slow` tests run first in a run without workers (make test's workers get
+    files as tests/scheduling.py says). Tests marked `bwrap` run the real sandbox: skip them,
+    saying why, where none can be had."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)  # stable: the order within stays
     marked = [item for item in items if item.get_closest_marker("bwrap")]
@@ -103,7 +103,8 @@ def shared_with_workers(tmp_path_factory) -> Path | None:
 
 @pytest.fixture(scope="session")
 def real_model(tmp_path_factory):
-    """The real-model tier's server (tests/real_model.py), one per test worker."""
+    """The real-model tier's server (tests/real_model.py), one per test worker (make test runs
+    the whole tier on one: tests/scheduling.py)."""
     from tests.real_model import probe_once, start_real_model
 
     server = start_real_model()

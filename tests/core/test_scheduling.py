@@ -1,0 +1,36 @@
+"""make test's scheduling (tests/scheduling.py): which files are the real-model tier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.daemons import ROOT
+from tests.scheduling import uses_real_model
+
+
+def test_a_file_whose_tests_take_the_model_is_in_the_tier(tmp_path: Path):
+    def file(name: str, text: str) -> Path:
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+
+    assert uses_real_model(file("a.py", "def test_x(real_model, tmp_path):\n    pass\n"))
+    assert uses_real_model(file("b.py", "def test_y(\n    tmp_path,\n    small_model,\n): ...\n"))
+    assert uses_real_model(file("c.py", "@pytest.fixture\ndef scorer(real_model): ...\n"))
+    # named, but not taken: a comment, a string, a longer name, another suffix
+    assert not uses_real_model(file("d.py", "# real_model is slow\nx = 'small_model'\n"))
+    assert not uses_real_model(file("e.py", "def test_z(real_model_path): ...\n"))
+    assert not uses_real_model(file("f.md", "def test_x(real_model): ...\n"))
+    assert not uses_real_model(file("g.py", "def test_x(real_model:\n"))  # pytest's to report
+    assert not uses_real_model(tmp_path / "missing.py")
+
+
+def test_the_tier_is_the_files_that_use_the_model():
+    tier = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py")
+            if uses_real_model(p)}  # fmt: skip
+    assert {
+        "tests/core/test_real_backend.py",
+        "tests/plugins/lm_score/test_real_model.py",
+        "tests/plugins/selectit/test_truthful.py",
+    } <= tier
+    assert "tests/core/test_scheduling.py" not in tier and "tests/core/test_app.py" not in tier
