@@ -8,12 +8,13 @@ lmd is a zip application too). The process asks the kernel to kill it when the d
 (even by SIGKILL), then serves.
 
 Why the patch: logprobs (SelectIT, LM_SCORE's logprob method) need llama-cpp-python's
-`logits_all`, which makes the model compute and copy the logits of every prompt position:
-reading a prompt costs 1.6x as much, although a generated token's logprobs come only from
-the position before it, which the last row of each decoded batch holds (the prompt's last
-position is always decoded afresh, and each generated token alone). So each batch keeps only
-its last row. A request that reads the prompt's own logprobs (`echo` with `logprobs`) gets
-every row computed, from a cleared cache. No lmd import here: this runs in a bare interpreter.
+`logits_all`, which makes the model compute and copy the logits of every prompt position
+(reading a prompt took 1.15x as long: benchmarks/bench_embedded.py), although a generated
+token's logprobs come only from the position before it, which the last row of each decoded
+batch holds (the prompt's last position is always decoded afresh, and each generated token
+alone). So each batch keeps only its last row. A request that reads the prompt's own logprobs
+(`echo` with `logprobs`) gets every row computed, from a cleared cache. No lmd import here:
+this runs in a bare interpreter.
 """
 
 import ctypes
@@ -28,8 +29,12 @@ def _last_rows_only() -> None:
     from llama_cpp import llama
 
     Llama = llama.Llama
-    if not hasattr(Llama, "_create_completion") or not hasattr(Llama, "eval"):
-        return  # another llama-cpp-python: keep its own behaviour
+    # The replacement below uses what this version's own eval uses; a version whose eval
+    # works otherwise keeps its own behaviour (slower, and right).
+    used = {"_batch", "_ctx", "decode", "get_logits", "input_ids", "kv_cache_seq_rm"}
+    used |= {"n_batch", "n_tokens", "scores", "set_batch", "_n_vocab", "_requires_eval"}
+    if not used <= set(Llama.eval.__code__.co_names) or not hasattr(Llama, "_create_completion"):
+        return
     full_eval, full_completion = Llama.eval, Llama._create_completion
 
     def eval(self, tokens):  # noqa: A001 - the method's own name
