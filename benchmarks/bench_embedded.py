@@ -146,18 +146,13 @@ def bench_dali(tmp: Path) -> None:
         backend.stop()
 
 
-PLAIN_SERVER = b"""
-import os, sys
-os.execv(sys.executable, [sys.executable, "-m", "llama_cpp.server", "--config_file", sys.argv[2]])
-"""
-
-
 def bench_prompt_reading() -> None:
     import json
     import urllib.request
     from unittest import mock
 
     from daemon.backends import embedded
+    from tests.real_model import PLAIN_LLAMA_SERVER
 
     def read(server: embedded.EmbeddedServer, i: int) -> tuple[float, int]:
         text = f"Note {i}: " + "the cat sat on the mat and looked at the dog " * 60
@@ -172,7 +167,7 @@ def bench_prompt_reading() -> None:
     runs = 2 if QUICK else 5
     path = embedded.bundled_model_path()
     ours = embedded.EmbeddedServer(path, n_ctx=2048, n_threads=1).start()
-    with mock.patch.object(embedded, "_server_program", lambda: PLAIN_SERVER):
+    with mock.patch.object(embedded, "_server_program", lambda: PLAIN_LLAMA_SERVER):
         plain = embedded.EmbeddedServer(path, n_ctx=2048, n_threads=1).start()
     try:
         times: dict[str, list[float]] = {"ours": [], "plain": []}

@@ -12,6 +12,13 @@ from pathlib import Path
 from daemon.backends.embedded import BUNDLED_ALIAS, EmbeddedServer, bundled_model_path
 from tests.daemons import configure
 
+# llama-cpp-python's own server, unpatched (daemon/backends/llama_server.py is lmd's launcher):
+# what tests and benchmarks compare the launcher with, given as its program text.
+PLAIN_LLAMA_SERVER = b"""
+import os, sys
+os.execv(sys.executable, [sys.executable, "-m", "llama_cpp.server", "--config_file", sys.argv[2]])
+"""
+
 # Small enough to fill in a test, large enough for every feature's prompt.
 REAL_N_CTX = 2048
 _PROBED: dict[str, str] = {}  # server URL -> its capabilities as JSON

@@ -17,16 +17,12 @@ import pytest
 
 from daemon.backends import embedded
 from daemon.backends.embedded import EmbeddedServer, bundled_model_path, engine_missing
+from tests.real_model import PLAIN_LLAMA_SERVER
 
 pytestmark = pytest.mark.skipif(
     engine_missing() is not None or bundled_model_path() is None,
     reason="needs the embedded extra (make test installs it)",
 )
-
-PLAIN = b"""
-import os, sys
-os.execv(sys.executable, [sys.executable, "-m", "llama_cpp.server", "--config_file", sys.argv[2]])
-"""
 
 
 @dataclass
@@ -79,7 +75,7 @@ def test_logprobs_are_those_of_the_server_computing_every_row(monkeypatch):
     path = bundled_model_path()
     ours = SmallBatches(path, n_ctx=256, n_threads=1)
     ours.spawn()
-    monkeypatch.setattr(embedded, "_server_program", lambda: PLAIN)
+    monkeypatch.setattr(embedded, "_server_program", lambda: PLAIN_LLAMA_SERVER)
     plain = SmallBatches(path, n_ctx=256, n_threads=1)
     plain.spawn()
     try:
