@@ -15,11 +15,15 @@ import pytest
 # The registry of lmd homes (the sandbox hides each one's token) is the user's own, under
 # XDG_STATE_HOME: the tests' thousands of homes go to a registry of this run, not root's.
 if "LMD_TEST_STATE" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
 
     os.environ["LMD_TEST_STATE"] = os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(
         prefix="lmd-test-state-"
     )
+    # the process that made it (the run's controller) removes it; its workers inherit it
+    atexit.register(shutil.rmtree, os.environ["LMD_TEST_STATE"], ignore_errors=True)
 
 from tests.daemons import IN_PROCESS, LiveDaemon, bwrap_reason, configure
 from tests.fake_backend import FakeBackend
