@@ -59,6 +59,44 @@ def configure(home: Path, **settings: object) -> None:
     store.close()
 
 
+_PROBED: dict[str, str] = {}  # a stand-in's capability profile -> what lmd's probe found
+
+
+def seed_probe(home: Path, backend, model: str = "fake-model") -> None:
+    """Keep in home's database what lmd's probe finds on `backend`, as a daemon that probed
+    it keeps it: the probe is ten requests (some 40 ms of this CPU) that every app, daemon
+    and command of the run on a fresh home would repeat. Found by a real probe of a stand-in
+    with the same profile, once per test process; a change of the backend's profile drops
+    the kept result (FakeBackend.forget_probes), so a test that changes it before a daemon
+    starts has that daemon probe for itself. tests/core/test_capabilities.py tests the probe."""
+    import asyncio
+
+    from daemon.backends.capabilities import probe
+    from daemon.backends.llm import LLM
+    from daemon.store import Store
+    from tests.fake_backend import FakeBackend
+
+    profile = json.dumps(dict(backend.capabilities), sort_keys=True)
+    if profile not in _PROBED:
+
+        async def run(url: str) -> str:
+            llm = LLM(url, "sk-probe", 30, 0, model)
+            try:
+                return (await probe(llm, timeout=10)).to_json()
+            finally:
+                await llm.close()
+
+        with FakeBackend() as other:
+            other.capabilities = dict(backend.capabilities)
+            _PROBED[profile] = asyncio.run(run(other.url))
+    store = Store(Path(home) / "lmd.db")
+    try:
+        store.save_capabilities(backend.url, model, _PROBED[profile])
+    finally:
+        store.close()
+    backend.probe_kept_in.append(str(Path(home) / "lmd.db"))
+
+
 def IN_PROCESS(scope: dict) -> bool:  # noqa: N802
     """The peer check for in-process apps: their clients are the owner (there is no socket)."""
     return True

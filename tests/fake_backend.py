@@ -77,6 +77,41 @@ class Recorded:
     body: Any  # parsed JSON, or the raw text when not JSON
 
 
+class Capabilities(dict):
+    """The profile the backend answers lmd's probe from; every change runs `changed` (the
+    backend then forgets the probe results kept for it: tests/daemons.py seed_probe)."""
+
+    def __init__(self, profile: dict[str, Any], changed: Callable[[], None]) -> None:
+        super().__init__(profile)
+        self._changed = changed
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        self._changed()
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self._changed()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        super().update(*args, **kwargs)
+        self._changed()
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        value = super().setdefault(key, default)
+        self._changed()
+        return value
+
+    def pop(self, *args: Any) -> Any:
+        value = super().pop(*args)
+        self._changed()
+        return value
+
+    def clear(self) -> None:
+        super().clear()
+        self._changed()
+
+
 class FakeBackend:
     """The server. Replies come from `handler(body)` if set, else the queue, else `default`."""
 
@@ -84,6 +119,8 @@ class FakeBackend:
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        # databases holding a probe result for this backend (tests/daemons.py seed_probe)
+        self.probe_kept_in: list[str] = []
         self.reset(models)
 
     def reset(self, models: list[str] | None = None) -> None:
@@ -100,11 +137,34 @@ class FakeBackend:
         # What the backend shows lmd's capability probe (requests with an X-Lmd-Probe header,
         # answered from here and kept in `probes`, apart from the scripted requests): by
         # default a text-only server with logprobs and n, so the text protocols are used.
-        self.capabilities: dict[str, Any] = dict(DEFAULT_CAPABILITIES)
+        self.capabilities = DEFAULT_CAPABILITIES
         self.probes: list[Recorded] = []
         self._queue: deque[Reply] = deque()
         self.active = 0
         self.max_active = 0
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
+
+    @capabilities.setter
+    def capabilities(self, profile: dict[str, Any]) -> None:
+        self._capabilities = Capabilities(profile, self.forget_probes)
+        self.forget_probes()
+
+    def forget_probes(self) -> None:
+        """Drop the probe results kept for this backend (its profile changed): a daemon on
+        those homes then probes it itself."""
+        import sqlite3
+
+        kept, self.probe_kept_in = self.probe_kept_in, []
+        for path in kept:
+            db = sqlite3.connect(path)
+            try:
+                with db:
+                    db.execute("DELETE FROM backend_capabilities WHERE endpoint = ?", [self.url])
+            finally:
+                db.close()
 
     # -- control ---------------------------------------------------------------------------
     def start(self) -> FakeBackend:

@@ -85,6 +85,7 @@ def test_a_probe_that_times_out_falls_back_to_text_and_is_not_kept(backend):
 
 
 def test_the_daemon_probes_once_and_keeps_it_across_restarts(home, backend):
+    backend.forget_probes()  # the home starts with none kept (tests/daemons.py seed_probe)
     d = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
     try:
         first = json.loads(_get(d.url + "/backend"))
