@@ -43,9 +43,10 @@ def probe_once(server: EmbeddedServer, shared: Path | None = None) -> str:
     six real requests, some four seconds of this CPU, and every daemon and home would repeat
     it; what it finds on this server is tests/core/test_capabilities.py's to check.
 
-    `shared`: a directory the run's test workers share, where the first worker's probe of a
-    server like this one (the same model file, engine and context) is kept for the others, as
-    lmd keeps an embedded model's capabilities per model file."""
+    `shared`: a directory the run's test workers share, where the first probe of a server of
+    this model file is kept for the other servers and workers (the 256-token `small_model`
+    too), as lmd keeps an embedded model's capabilities per model file, whatever its context
+    (`identity` in daemon/core.py)."""
     if server.url not in _PROBED:
         from daemon.backends.capabilities import Capabilities, shared_cache
 
@@ -55,7 +56,7 @@ def probe_once(server: EmbeddedServer, shared: Path | None = None) -> str:
             import fcntl
             import hashlib
 
-            key = hashlib.sha256(f"{server.model_path}:{server.n_ctx}".encode()).hexdigest()[:16]
+            key = hashlib.sha256(str(server.model_path).encode()).hexdigest()[:16]
             found = shared / f"real-model-probe-{key}.json"
             with open(shared / "real-model-probe.lock", "a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # one worker probes; the others wait and read
