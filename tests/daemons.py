@@ -44,14 +44,34 @@ def writable_by_others(path: Path) -> Path:
     return path
 
 
+_FRESH_DB: list[bytes] = []  # a database lmd made and migrated in this process, empty
+
+
 def configure(home: Path, **settings: object) -> None:
-    """Write settings into home's database, validated like `lmd settings set`."""
+    """Write settings into home's database, validated like `lmd settings set`. A new home's
+    database starts as a copy of one lmd made and migrated in this process (the migration is
+    the costly part of a fresh database, and a run makes a thousand homes), with the mode lmd
+    gives its own; lmd's migration then runs on it as on any existing home."""
     from daemon.core import collect
     from daemon.plugins import get_plugin_manager
     from daemon.store import Store
 
     registry = collect(get_plugin_manager())
-    store = Store(Path(home) / "lmd.db")
+    path = Path(home) / "lmd.db"
+    if not path.exists():
+        if not _FRESH_DB:
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as scratch:
+                fresh = Store(Path(scratch) / "lmd.db")
+                fresh.migrate(registry.migrations)
+                fresh.close()
+                _FRESH_DB.append((Path(scratch) / "lmd.db").read_bytes())
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(_FRESH_DB[0])
+    store = Store(path)
     store.migrate(registry.migrations)
     for name, value in settings.items():
         spec = registry.specs[name]
