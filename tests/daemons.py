@@ -47,11 +47,12 @@ def writable_by_others(path: Path) -> Path:
 _FRESH_DB: list[bytes] = []  # a database lmd made and migrated in this process, empty
 
 
-def configure(home: Path, **settings: object) -> None:
-    """Write settings into home's database, validated like `lmd settings set`. A new home's
-    database starts as a copy of one lmd made and migrated in this process (the migration is
-    the costly part of a fresh database, and a run makes a thousand homes), with the mode lmd
-    gives its own; lmd's migration then runs on it as on any existing home."""
+def configure(home: Path, probed: tuple[str, str, str] | None = None, **settings: object) -> None:
+    """Write settings into home's database, validated like `lmd settings set`, and `probed`
+    (endpoint, model, capabilities as JSON) as a daemon that probed that backend keeps it. A
+    new home's database starts as a copy of one lmd made and migrated in this process (the
+    migration is the costly part of a fresh database, and a run makes a thousand homes), with
+    the mode lmd gives its own; lmd's migration then runs on it as on any existing home."""
     from daemon.core import collect
     from daemon.plugins import get_plugin_manager
     from daemon.store import Store
@@ -76,45 +77,47 @@ def configure(home: Path, **settings: object) -> None:
     for name, value in settings.items():
         spec = registry.specs[name]
         store.set_setting(name, spec.dump(spec.parse(value)))
+    if probed is not None:
+        store.save_capabilities(*probed)
     store.close()
+
+
+def run_probe(url: str, model: str = "fake-model", key: str = "sk-x", timeout: float = 10):
+    """lmd's capability probe of the server at `url`, run once, outside any cache."""
+    import asyncio
+
+    from daemon.backends.capabilities import probe
+    from daemon.backends.llm import LLM
+
+    async def go():
+        llm = LLM(url, key, 30, 0, model)
+        try:
+            return await probe(llm, timeout=timeout)
+        finally:
+            await llm.close()
+
+    return asyncio.run(go())
 
 
 _PROBED: dict[str, str] = {}  # a stand-in's capability profile -> what lmd's probe found
 
 
-def seed_probe(home: Path, backend, model: str = "fake-model") -> None:
-    """Keep in home's database what lmd's probe finds on `backend`, as a daemon that probed
-    it keeps it: the probe is ten requests (some 40 ms of this CPU) that every app, daemon
-    and command of the run on a fresh home would repeat. Found by a real probe of a stand-in
-    with the same profile, once per test process; a change of the backend's profile drops
-    the kept result (FakeBackend.forget_probes), so a test that changes it before a daemon
-    starts has that daemon probe for itself. tests/core/test_capabilities.py tests the probe."""
-    import asyncio
-
-    from daemon.backends.capabilities import probe
-    from daemon.backends.llm import LLM
-    from daemon.store import Store
+def probed_on(backend) -> str:
+    """What lmd's probe finds on `backend`, as JSON, for configure(probed=...): a daemon on a
+    fresh home would send the probe's ten requests (some 40 ms of this CPU) first, and a run
+    makes a thousand. Found by a real probe of a stand-in with the same profile, once per test
+    process; a home that keeps it is listed on the backend, which drops it there when its
+    profile changes (FakeBackend.forget_probes), so a test that changes the profile before a
+    daemon starts has that daemon probe for itself. tests/core/test_capabilities.py tests the
+    probe."""
     from tests.fake_backend import FakeBackend
 
     profile = json.dumps(dict(backend.capabilities), sort_keys=True)
     if profile not in _PROBED:
-
-        async def run(url: str) -> str:
-            llm = LLM(url, "sk-probe", 30, 0, model)
-            try:
-                return (await probe(llm, timeout=10)).to_json()
-            finally:
-                await llm.close()
-
         with FakeBackend() as other:
             other.capabilities = dict(backend.capabilities)
-            _PROBED[profile] = asyncio.run(run(other.url))
-    store = Store(Path(home) / "lmd.db")
-    try:
-        store.save_capabilities(backend.url, model, _PROBED[profile])
-    finally:
-        store.close()
-    backend.probe_kept_in.append(str(Path(home) / "lmd.db"))
+            _PROBED[profile] = run_probe(other.url).to_json()
+    return _PROBED[profile]
 
 
 def IN_PROCESS(scope: dict) -> bool:  # noqa: N802

@@ -79,7 +79,7 @@ class Recorded:
 
 class Capabilities(dict):
     """The profile the backend answers lmd's probe from; every change runs `changed` (the
-    backend then forgets the probe results kept for it: tests/daemons.py seed_probe)."""
+    backend then forgets the probe results kept for it: tests/daemons.py probed_on)."""
 
     def __init__(self, profile: dict[str, Any], changed: Callable[[], None]) -> None:
         super().__init__(profile)
@@ -119,7 +119,7 @@ class FakeBackend:
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
-        # databases holding a probe result for this backend (tests/daemons.py seed_probe)
+        # databases holding a probe result for this backend (tests/daemons.py probed_on)
         self.probe_kept_in: list[str] = []
         self.reset(models)
 

@@ -8,20 +8,9 @@ import json
 
 import pytest
 
-from daemon.backends.capabilities import Capabilities, CapabilityCache, check_overrides, probe
+from daemon.backends.capabilities import CapabilityCache, check_overrides
 from daemon.backends.llm import LLM
-from tests.daemons import LiveDaemon, configure, lmd_in_process
-
-
-def run_probe(url: str, model: str = "fake-model", key: str = "sk-x", timeout: float = 10):
-    async def go() -> Capabilities:
-        llm = LLM(url, key, 30, 0, model)
-        try:
-            return await probe(llm, timeout=timeout)
-        finally:
-            await llm.close()
-
-    return asyncio.run(go())
+from tests.daemons import LiveDaemon, configure, lmd_in_process, run_probe
 
 
 def test_a_text_only_server_shows_no_tools_and_no_schema(backend):
@@ -85,7 +74,7 @@ def test_a_probe_that_times_out_falls_back_to_text_and_is_not_kept(backend):
 
 
 def test_the_daemon_probes_once_and_keeps_it_across_restarts(home, backend):
-    backend.forget_probes()  # the home starts with none kept (tests/daemons.py seed_probe)
+    backend.forget_probes()  # the home starts with none kept (tests/daemons.py probed_on)
     d = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
     try:
         first = json.loads(_get(d.url + "/backend"))
