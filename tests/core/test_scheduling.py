@@ -1,11 +1,12 @@
-"""make test's scheduling (tests/scheduling.py): which files are the real-model tier."""
+"""make test's scheduling (tests/scheduling.py): which files are the real-model tier, and which
+the local-model files."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from tests.daemons import ROOT
-from tests.scheduling import uses_real_model
+from tests.scheduling import uses_local_model, uses_real_model
 
 
 def test_a_file_whose_tests_take_the_model_is_in_the_tier(tmp_path: Path):
@@ -34,3 +35,30 @@ def test_the_tier_is_the_files_that_use_the_model():
         "tests/plugins/selectit/test_truthful.py",
     } <= tier
     assert "tests/core/test_scheduling.py" not in tier and "tests/core/test_app.py" not in tier
+
+
+def test_a_file_that_imports_torch_or_transformers_is_a_local_model_file(tmp_path: Path):
+    def file(name: str, text: str) -> Path:
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+
+    assert uses_local_model(file("a.py", "def f():\n    torch = pytest.importorskip('torch')\n"))
+    assert uses_local_model(file("b.py", "pytest.importorskip(\n    'transformers', reason='x')\n"))
+    # named, but not imported so: a comment, a string, another module, another suffix
+    assert not uses_local_model(file("c.py", "# importorskip('torch')\nx = 'torch'\n"))
+    assert not uses_local_model(file("d.py", "pytest.importorskip('ray')\n"))
+    assert not uses_local_model(file("e.md", "pytest.importorskip('torch')\n"))
+    assert not uses_local_model(file("f.py", "pytest.importorskip('torch'\n"))  # pytest's to report
+
+
+def test_the_local_model_files_are_those_that_import_torch():
+    local = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py")
+             if uses_local_model(p)}  # fmt: skip
+    assert {
+        "tests/plugins/selectit/test_ray.py",
+        "tests/plugins/selectit/test_transformers.py",
+        "tests/test_seed_examples.py",
+    } <= local
+    assert not any(uses_real_model(ROOT / p) for p in local)  # one unit each, never both
+    assert "tests/plugins/selectit/test_selectit.py" not in local
