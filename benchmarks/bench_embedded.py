@@ -9,7 +9,10 @@ Prints numbers and ratios measured in this run; asserts nothing.
     history) when the backend has a tokenize endpoint and lmd counts with it, against the
     same daemon counting with the estimate;
 (d) reading a 600-token prompt on one thread: lmd's embedded server (the logits of only the
-    rows it reads) against llama-cpp-python's own server computing every row (`logits_all`).
+    rows it reads) against llama-cpp-python's own server computing every row (`logits_all`);
+(e) writing a verdict held to a JSON schema (greedy, 64 tokens at most): lmd's embedded server
+    (the grammar tests the token drawn first) against llama-cpp-python's own server (the
+    grammar tests every token of the vocabulary at each step); the same tokens, checked.
 
 Run: .venv/bin/python benchmarks/bench_embedded.py [--quick]
 """
@@ -180,9 +183,50 @@ def bench_prompt_reading() -> None:
         print(f"    lmd's embedded server (rows it reads): {ms(o)} ({used / o:.0f} tokens/s)")
         print(f"    every row (logits_all):                {ms(p)} ({used / p:.0f} tokens/s)")
         print(f"    ratio {p / o:.2f}x")
+        bench_constrained(ours, plain, runs)
     finally:
         ours.stop()
         plain.stop()
+
+
+def bench_constrained(ours, plain, runs: int) -> None:
+    import json
+    import urllib.request
+
+    from plugins.elo.judge import VERDICT_SCHEMA
+
+    def write(server, i: int) -> tuple[float, dict]:
+        question = f"Question {i}: what is {i} + {i}? Answer 1: {2 * i}. Answer 2: {2 * i + 1}."
+        body = {
+            "messages": [{"role": "user", "content": question + " Which answer is better?"}],
+            "response_format": {"type": "json_object", "schema": VERDICT_SCHEMA},
+            "max_tokens": 64,
+            "temperature": 0,
+        }
+        headers = {"Authorization": f"Bearer {server.key}", "Content-Type": "application/json"}
+        req = urllib.request.Request(server.url + "/chat/completions", json.dumps(body).encode(),
+                                     headers)  # fmt: skip
+        t = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=300) as r:
+            reply = json.loads(r.read())
+        return time.perf_counter() - t, reply
+
+    times: dict[str, list[float]] = {"ours": [], "plain": []}
+    tokens = 0
+    for i in range(runs):
+        got = {}
+        for name, server in (("ours", ours), ("plain", plain)):
+            took, got[name] = write(server, i)
+            times[name].append(took)
+        same = got["ours"]["choices"][0]["message"] == got["plain"]["choices"][0]["message"]
+        tokens += got["ours"]["usage"]["completion_tokens"]
+        if not same:
+            print(f"    run {i}: the two servers wrote different verdicts (a defect)")
+    o, p = statistics.median(times["ours"]), statistics.median(times["plain"])
+    print(f"(e) a verdict held to a JSON schema, {tokens / runs:.0f} tokens, median of {runs}")
+    print(f"    lmd's embedded server (grammar on the drawn token): {ms(o)}")
+    print(f"    the grammar on every token:                          {ms(p)}")
+    print(f"    ratio {p / o:.2f}x")
 
 
 def main() -> None:

@@ -1,5 +1,7 @@
-"""The embedded server computes only the logits rows it reads (daemon/backends/llama_server.py),
-and its logprobs are those of llama-cpp-python's own server computing every row.
+"""The embedded server computes only the logits rows it reads and tests a grammar on the token
+drawn first (daemon/backends/llama_server.py); its logprobs are those of llama-cpp-python's own
+server computing every row, and its greedy answers under a JSON schema or a forced tool call
+are that server's, token for token.
 
 Both servers run the bundled model with 8-token batches, so a prompt spans several batches and
 a later prompt reuses part of an earlier one, as in the daemon's conversations.
@@ -54,6 +56,33 @@ ASKED = [
 ]
 
 
+VERDICT = {
+    "type": "object",
+    "properties": {"score": {"enum": [0, 0.5, 1]}, "why": {"type": "string"}},
+    "required": ["score", "why"],
+}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+# under a grammar; the model's first choice is refused at some tokens and taken at others
+CONSTRAINED = [
+    {"messages": [{"role": "user", "content": "Is 2+2=5? Answer as JSON."}],
+     "response_format": {"type": "json_object", "schema": VERDICT}, "max_tokens": 24},
+    {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER],
+     "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "max_tokens": 16},
+]  # fmt: skip
+
+
+def message_of(reply: dict) -> tuple:
+    m = reply["choices"][0]["message"]
+    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or []]
+    return m.get("content"), calls, reply["usage"]["completion_tokens"]
+
+
 def logprobs_of(reply: dict) -> list:
     """Every position's token, its logprob and the top tokens' (the chat API's logprobs are
     the same numbers in another shape)."""
@@ -88,6 +117,14 @@ def test_logprobs_are_those_of_the_server_computing_every_row(monkeypatch):
             if body.get("echo"):  # the prompt's own rows came too (the first has none)
                 tokens, numbers, _ = logprobs_of(got)
                 assert len(tokens) >= 5 and numbers[0] is None and None not in numbers[1:]
+        for body in CONSTRAINED:
+            got, want = (
+                post(ours, "/chat/completions", body),
+                post(plain, "/chat/completions", body),
+            )
+            assert message_of(got) == message_of(want), body
+            content, calls, _ = message_of(got)
+            json.loads(content if content is not None else calls[0][1])  # held to the grammar
     finally:
         ours.stop()
         plain.stop()
@@ -100,7 +137,8 @@ def test_the_server_program_patches_this_llama_cpp_python():
     check = (
         "import llama_cpp.llama as l; before = l.Llama.eval\n"
         + program.replace('if __name__ == "__main__":', "if False:")
-        + "\n_last_rows_only(); assert l.Llama.eval is not before; print('patched')"
+        + "\nsampled = l.Llama.sample; _last_rows_only(); _grammar_checked_last()"
+        + "\nassert l.Llama.eval is not before and l.Llama.sample is not sampled; print('patched')"
     )
     ran = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
     assert ran.stdout.strip() == "patched", ran.stderr
