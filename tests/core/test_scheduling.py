@@ -9,12 +9,17 @@ from tests.daemons import ROOT
 from tests.scheduling import uses_local_model, uses_real_model
 
 
-def test_a_file_whose_tests_take_the_model_is_in_the_tier(tmp_path: Path):
+def writer(folder: Path):
     def file(name: str, text: str) -> Path:
-        path = tmp_path / name
+        path = folder / name
         path.write_text(text)
         return path
 
+    return file
+
+
+def test_a_file_whose_tests_take_the_model_is_in_the_tier(tmp_path: Path):
+    file = writer(tmp_path)
     assert uses_real_model(file("a.py", "def test_x(real_model, tmp_path):\n    pass\n"))
     assert uses_real_model(file("b.py", "def test_y(\n    tmp_path,\n    small_model,\n): ...\n"))
     assert uses_real_model(file("c.py", "@pytest.fixture\ndef scorer(real_model): ...\n"))
@@ -38,11 +43,7 @@ def test_the_tier_is_the_files_that_use_the_model():
 
 
 def test_a_file_that_imports_torch_or_transformers_is_a_local_model_file(tmp_path: Path):
-    def file(name: str, text: str) -> Path:
-        path = tmp_path / name
-        path.write_text(text)
-        return path
-
+    file = writer(tmp_path)
     assert uses_local_model(file("a.py", "def f():\n    torch = pytest.importorskip('torch')\n"))
     assert uses_local_model(file("b.py", "pytest.importorskip(\n    'transformers', reason='x')\n"))
     # named, but not imported so: a comment, a string, another module, another suffix
