@@ -112,6 +112,8 @@ def _grammar_checked_last() -> None:
         if grammar is not None:
             C.llama_sampler_apply(grammar, ctypes.byref(cur))
         C.llama_sampler_apply(sampler, ctypes.byref(cur))
+        if not 0 <= cur.selected < cur.size:  # never read outside the rows (llama.cpp asserts)
+            raise RuntimeError("the sampler chose no token")
         return int(cur.data[cur.selected].id)
 
     def sample(self, *args, idx=None, **kwargs):
