@@ -27,6 +27,9 @@ if "LMD_TEST_STATE" not in os.environ:
 
 from tests.daemons import IN_PROCESS, LiveDaemon, bwrap_reason, configure, probed_on
 from tests.fake_backend import FakeBackend
+from tests.warm_lmd import interpreter_env, put_back_interpreter_env
+
+_INTERPRETER_ENV = interpreter_env(os.environ)  # what this worker's warm processes start with
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -89,6 +92,20 @@ def clean_session_env() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         _clean(mp)
         yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _interpreter_env_kept(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A module that leaves a PYTHON* or LD_* variable changed fails, and the variables are put
+    back: every later daemon of its worker would start cold (the warm processes that daemons
+    are forked from serve only the same variables; tests/warm_lmd.py), some 2 CPU-s each."""
+    yield
+    changed = put_back_interpreter_env(_INTERPRETER_ENV)
+    if changed:
+        pytest.fail(
+            f"{request.node.nodeid} left {', '.join(changed)} changed in the environment; "
+            "put the environment back in the fixture that changed it."
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -249,10 +250,7 @@ class WarmLmd:
         """Would a fresh `python` started with env be set up as this warm one was? (Python's
         own variables decide sys.path, buffering and the like at start-up.)"""
 
-        def interpreter(e: dict[str, str]) -> dict[str, str]:
-            return {k: v for k, v in e.items() if k.startswith(("PYTHON", "LD_"))}
-
-        return interpreter(env) == interpreter(self.env)
+        return interpreter_env(env) == interpreter_env(self.env)
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -264,6 +262,22 @@ class WarmLmd:
             self.proc.stdout.close()
             self.proc.stdin.close()
             self.proc = None
+
+
+def interpreter_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables that set up a starting Python (sys.path, buffering and the like)."""
+    return {k: v for k, v in env.items() if k.startswith(("PYTHON", "LD_"))}
+
+
+def put_back_interpreter_env(start: Mapping[str, str]) -> list[str]:
+    """Set os.environ's PYTHON* and LD_* variables back to `start`; the names that differed."""
+    now = interpreter_env(os.environ)
+    changed = sorted(k for k in {*now, *start} if now.get(k) != start.get(k))
+    for name in changed:
+        os.environ.pop(name, None)
+        if name in start:
+            os.environ[name] = start[name]
+    return changed
 
 
 class WarmChild:

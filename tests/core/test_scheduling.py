@@ -1,12 +1,14 @@
 """make test's scheduling (tests/scheduling.py): which files are the real-model tier, and which
-the local-model files."""
+the local-model files; and the check that keeps daemons forked warm (tests/warm_lmd.py)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from tests.daemons import ROOT
 from tests.scheduling import uses_local_model, uses_real_model
+from tests.warm_lmd import interpreter_env, put_back_interpreter_env
 
 
 def writer(folder: Path):
@@ -63,3 +65,21 @@ def test_the_local_model_files_are_those_that_import_torch():
     } <= local
     assert not any(uses_real_model(ROOT / p) for p in local)  # one unit each, never both
     assert "tests/plugins/selectit/test_selectit.py" not in local
+
+
+def test_a_changed_interpreter_variable_is_named_and_put_back(monkeypatch):
+    # what tests/conftest.py does after each module (ray.init once set PYTHONBREAKPOINT, and
+    # every later daemon of that worker started cold)
+    monkeypatch.setenv("PYTHONWARNINGS", "default")
+    monkeypatch.delenv("PYTHONBREAKPOINT", raising=False)
+    start = interpreter_env(os.environ)
+    os.environ["PYTHONBREAKPOINT"] = "ray.util.rpdb._driver_set_trace"
+    os.environ["PYTHONWARNINGS"] = "error"
+    os.environ["LMD_OTHER"] = "kept"  # not an interpreter variable: no concern of the check
+    try:
+        assert put_back_interpreter_env(start) == ["PYTHONBREAKPOINT", "PYTHONWARNINGS"]
+        assert "PYTHONBREAKPOINT" not in os.environ
+        assert os.environ["PYTHONWARNINGS"] == "default"
+        assert put_back_interpreter_env(start) == []
+    finally:
+        os.environ.pop("LMD_OTHER", None)

@@ -40,7 +40,10 @@ def ray_session(tmp_path_factory):
     pytest.importorskip("ray.data", reason="the Ray engine needs pip install 'lmd[ray]'")
     marker = tmp_path_factory.mktemp("ray-hook") / "crash-once"
     before = ray_processes()
-    saved = {k: os.environ.get(k) for k in (CRASH_ONCE, "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    # ray.init leaves its own variables behind (PYTHONBREAKPOINT, RAY_*): the whole environment
+    # is put back afterwards, or every later daemon of this worker would start cold
+    # (tests/daemons.py forks a warm one only for the same PYTHON* variables).
+    saved = dict(os.environ)
     # set before ray.init: the raylet, and so every worker it starts, inherits them
     os.environ.update({CRASH_ONCE: str(marker), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     import logging
@@ -52,11 +55,8 @@ def ray_session(tmp_path_factory):
         yield marker
     finally:
         ray.shutdown()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        os.environ.clear()
+        os.environ.update(saved)
         deadline = time.monotonic() + 15
         while ray_processes() - before and time.monotonic() < deadline:
             time.sleep(0.1)
