@@ -202,7 +202,7 @@ class LiveDaemon:
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,
             )
-        elif warm is not None and warm.same_interpreter(full_env):
+        elif warm is not None and warm.forkable(full_env):
             self.proc = warm.start_child(argv, full_env, ROOT, self.log.fileno())
         else:
             self.proc = subprocess.Popen(

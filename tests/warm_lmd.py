@@ -152,6 +152,7 @@ while True:
         os.close(fd)
     os.environ.clear()
     os.environ.update(request["env"])
+    sys.path[1:1] = request.get("path_first", [])  # a longer PYTHONPATH's own entries
     os.chdir(request["cwd"])
     sys.argv = ["lmd", *request["argv"]]
     code = 0
@@ -229,7 +230,8 @@ class WarmLmd:
     def start_child(
         self, argv: list[str], env: dict[str, str], cwd: Path, output: int
     ) -> WarmChild:
-        """Like spawn, but looked after as a Popen is: poll, wait, send_signal, returncode."""
+        """Like spawn, but looked after as a Popen is: poll, wait, send_signal, returncode.
+        `env` must pass forkable()."""
         import json
         import socket
 
@@ -238,6 +240,7 @@ class WarmLmd:
             s.connect(str(self.socket_path))
             with open(os.devnull) as devnull:
                 request = {"argv": argv, "env": env, "cwd": str(cwd), "detach": True}
+                request["path_first"] = self.path_first(env)
                 socket.send_fds(
                     s, [json.dumps(request).encode()], [devnull.fileno(), output, output]
                 )
@@ -249,8 +252,25 @@ class WarmLmd:
     def same_interpreter(self, env: dict[str, str]) -> bool:
         """Would a fresh `python` started with env be set up as this warm one was? (Python's
         own variables decide sys.path, buffering and the like at start-up.)"""
-
         return interpreter_env(env) == interpreter_env(self.env)
+
+    def forkable(self, env: dict[str, str]) -> bool:
+        """Can a child of this warm process be what a fresh `python` started with env would
+        be: the same interpreter, or one whose PYTHONPATH only puts absolute directories
+        before this one's (a plugin's site): the child puts them in sys.path where Python
+        would, after the start directory; nothing from them is imported before the fork."""
+        return self.same_interpreter(env) or self.path_first(env) != []
+
+    def path_first(self, env: dict[str, str]) -> list[str]:
+        """The directories env's PYTHONPATH puts before this warm process's own; [] if none
+        or when env differs otherwise."""
+        mine, theirs = interpreter_env(self.env), interpreter_env(env)
+        own = [p for p in mine.pop("PYTHONPATH", "").split(os.pathsep) if p]
+        new = [p for p in theirs.pop("PYTHONPATH", "").split(os.pathsep) if p]
+        if mine != theirs or len(new) <= len(own) or new[len(new) - len(own) :] != own:
+            return []
+        first = new[: len(new) - len(own)]
+        return first if all(os.path.isabs(p) for p in first) else []
 
     def stop(self) -> None:
         if self.proc is not None:
