@@ -1,5 +1,5 @@
 """make test's scheduling (tests/scheduling.py): which files are the real-model tier, and which
-the local-model files; and the check that keeps daemons forked warm (tests/warm_lmd.py)."""
+the local-model files; and what keeps daemons forked warm (tests/warm_lmd.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.daemons import ROOT
 from tests.scheduling import uses_local_model, uses_real_model
-from tests.warm_lmd import interpreter_env, put_back_interpreter_env
+from tests.warm_lmd import WarmLmd, interpreter_env, put_back_interpreter_env
 
 
 def writer(folder: Path):
@@ -83,3 +83,21 @@ def test_a_changed_interpreter_variable_is_named_and_put_back(monkeypatch):
         assert put_back_interpreter_env(start) == []
     finally:
         os.environ.pop("LMD_OTHER", None)
+
+
+def test_a_daemon_is_forked_warm_only_for_the_interpreter_it_would_be(tmp_path: Path):
+    base = {"PATH": "/usr/bin", "PYTHONPATH": "/repo", "PYTHONUNBUFFERED": "1"}
+    warm = WarmLmd(tmp_path, base)
+    assert warm.forkable({**base, "LMD_HOME": "/h"}) and warm.path_first(base) == []
+    # a plugin's site before the worker's own path: forked, the site put first in sys.path
+    site = {**base, "PYTHONPATH": "/tmp/site:/other:/repo"}
+    assert warm.forkable(site) and warm.path_first(site) == ["/tmp/site", "/other"]
+    # anything else starts cold: another order, a relative directory, a changed flag
+    for env in [
+        {**base, "PYTHONPATH": "/repo:/tmp/site"},
+        {**base, "PYTHONPATH": "site:/repo"},
+        {**base, "PYTHONPATH": "/tmp/site:/repo", "PYTHONUNBUFFERED": ""},
+        {**base, "PYTHONPATH": ""},
+        {**base, "LD_PRELOAD": "/x.so"},
+    ]:
+        assert not warm.forkable(env), env
