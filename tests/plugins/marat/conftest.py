@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import urllib.error
 import urllib.request
@@ -91,9 +92,21 @@ def messages_text(body: dict) -> str:
     return "\n".join(m["content"] for m in body["messages"])
 
 
+@pytest.fixture(scope="session")
+def _projects_made_once(tmp_path_factory) -> Path:
+    """make_projects once per worker: its 31 git commands cost a quarter of a CPU-second,
+    a copy of what they made a twentieth (some sixty tests take `projects`)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in GIT_ENV.items():
+            mp.setenv(k, v)
+        return make_projects(tmp_path_factory.mktemp("projects-made-once"))["projects"]
+
+
 @pytest.fixture
-def projects(tmp_path, monkeypatch):
+def projects(tmp_path, monkeypatch, _projects_made_once):
     """Two git projects under tmp_path (see make_projects), git's identity from GIT_ENV."""
     for k, v in GIT_ENV.items():
         monkeypatch.setenv(k, v)
-    return make_projects(tmp_path)
+    root = tmp_path / "projects"
+    shutil.copytree(_projects_made_once, root, symlinks=True)
+    return {"projects": root, "other": root / "other", "repo": root / "example"}
