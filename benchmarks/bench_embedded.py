@@ -12,7 +12,10 @@ Prints numbers and ratios measured in this run; asserts nothing.
     rows it reads) against llama-cpp-python's own server computing every row (`logits_all`);
 (e) writing a verdict held to a JSON schema (greedy, 64 tokens at most): lmd's embedded server
     (the grammar tests the token drawn first) against llama-cpp-python's own server (the
-    grammar tests every token of the vocabulary at each step); the same tokens, checked.
+    grammar tests every token of the vocabulary at each step); the same tokens, checked;
+(f) two conversations taking turns (each a 300-token instruction and a growing history):
+    lmd's embedded server (it starts each prompt from the kept state that began the same
+    way) against llama-cpp-python's own server (only the last request's beginning reused).
 
 Run: .venv/bin/python benchmarks/bench_embedded.py [--quick]
 """
@@ -184,6 +187,7 @@ def bench_prompt_reading() -> None:
         print(f"    every row (logits_all):                {ms(p)} ({used / p:.0f} tokens/s)")
         print(f"    ratio {p / o:.2f}x")
         bench_constrained(ours, plain, runs)
+        bench_interleaved(ours, plain, runs)
     finally:
         ours.stop()
         plain.stop()
@@ -226,6 +230,43 @@ def bench_constrained(ours, plain, runs: int) -> None:
     print(f"(e) a verdict held to a JSON schema, {tokens / runs:.0f} tokens, median of {runs}")
     print(f"    lmd's embedded server (grammar on the drawn token): {ms(o)}")
     print(f"    the grammar on every token:                          {ms(p)}")
+    print(f"    ratio {p / o:.2f}x")
+
+
+def bench_interleaved(ours, plain, runs: int) -> None:
+    import json
+    import urllib.request
+
+    rules = {
+        "a": "You are a careful shell assistant. " + "Answer in one short line. " * 50,
+        "b": "You are a friendly poet who rhymes. " + "Keep every answer gentle. " * 50,
+    }
+
+    def turn(server, who: str, history: list[dict]) -> float:
+        body = {"messages": [{"role": "system", "content": rules[who]}, *history],
+                "max_tokens": 8, "temperature": 0}  # fmt: skip
+        headers = {"Authorization": f"Bearer {server.key}", "Content-Type": "application/json"}
+        req = urllib.request.Request(server.url + "/chat/completions", json.dumps(body).encode(),
+                                     headers)  # fmt: skip
+        t = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=300) as r:
+            reply = json.loads(r.read())["choices"][0]["message"]["content"] or ""
+        history.append({"role": "assistant", "content": reply})
+        return time.perf_counter() - t
+
+    times: dict[str, list[float]] = {"ours": [], "plain": []}
+    for name, server in (("ours", ours), ("plain", plain)):
+        histories: dict[str, list[dict]] = {"a": [], "b": []}
+        for i in range(runs + 1):
+            for who in ("a", "b"):
+                histories[who].append({"role": "user", "content": f"Question {i} for {who}."})
+                took = turn(server, who, histories[who])
+                if i:  # the first of each: both read the whole instruction
+                    times[name].append(took)
+    o, p = statistics.median(times["ours"]), statistics.median(times["plain"])
+    print(f"(f) two conversations taking turns, {len(times['ours'])} turns, median")
+    print(f"    lmd's embedded server (kept states):        {ms(o)}")
+    print(f"    only the last request's beginning reused:   {ms(p)}")
     print(f"    ratio {p / o:.2f}x")
 
 

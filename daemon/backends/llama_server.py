@@ -1,5 +1,6 @@
 """The embedded model's server process: llama-cpp-python's OpenAI-compatible server, with the
-logits of only the positions that are read, and a grammar checked on the token drawn first.
+logits of only the positions that are read, a grammar checked on the token drawn first, and the
+model's state after recent requests kept for the prompts that begin the same way.
 
     python lmd_llama_server.py --config_file CONFIG_FILE DAEMON_PID
 
@@ -22,6 +23,17 @@ without the grammar and tested alone; only when the grammar refuses it are all t
 and the token drawn again from those it allows, as llama.cpp's own `common_sampler` does. The
 tokens allowed and the odds among them are the same (greedy picks the same token; a random
 draw that lands on a refused token is redrawn among the allowed ones in proportion).
+
+Why the third: llama-cpp-python reuses the part of a prompt that the *previous* request began
+with, and reads the rest afresh (about 10 ms a token on one core for the bundled model). Turns
+of different sessions and modes interleave (marat's long instructions, then a dali chat, then
+marat again), so a prompt's beginning was often read a moment ago, just not last. After each
+request the model's state for that one sequence (its attention cache: some 23 kB a token for
+the bundled model) is kept, up to STATES_KEPT_BYTES, least recently used first out; a request
+whose prompt shares a longer beginning with a kept state than with the current one starts
+from that state. The tokens are the same tokens at the same positions, so what is kept is what
+reading them again would give (the prompt's last token is always read afresh, as before).
+
 No lmd import here: this runs in a bare interpreter.
 """
 
@@ -29,6 +41,10 @@ import ctypes
 import os
 import signal
 import sys
+from collections import OrderedDict
+
+STATES_KEPT_BYTES = 256 << 20
+MIN_GAIN = 8  # tokens: below this, restoring a state costs about what it saves
 
 
 def _last_rows_only() -> None:
@@ -144,6 +160,86 @@ def _grammar_checked_last() -> None:
     Llama.sample = sample
 
 
+def _prompt_states_kept() -> None:
+    """Teach llama_cpp.Llama to keep recent sequence states and start from the best one."""
+    import numpy as np
+    from llama_cpp import llama
+    from llama_cpp import llama_cpp as C
+
+    Llama = llama.Llama
+    needed = ("llama_state_seq_get_size", "llama_state_seq_get_data", "llama_state_seq_set_data")
+    if not all(hasattr(C, name) for name in needed) or not hasattr(Llama, "generate"):
+        return
+    if not hasattr(Llama, "_create_completion"):
+        return
+    full_generate, full_completion = Llama.generate, Llama._create_completion
+
+    def common(kept: np.ndarray, tokens: np.ndarray) -> int:
+        n = min(len(kept), len(tokens))
+        differ = np.flatnonzero(kept[:n] != tokens[:n])
+        return int(differ[0]) if len(differ) else n
+
+    def restore(self, tokens) -> None:
+        states = getattr(self, "_lmd_states", None)
+        if not states or getattr(self, "_lmd_every_row", False):
+            return
+        wanted = np.asarray(tokens, dtype=np.intc)
+        now = common(self.input_ids[: self.n_tokens], wanted) if self.n_tokens else 0
+        best, best_n = None, now + MIN_GAIN
+        for key, (kept, _) in states.items():
+            n = common(kept, wanted)
+            if n > best_n:
+                best, best_n = key, n
+        if best is None:
+            return
+        kept, data = states[best]
+        states.move_to_end(best)
+        self._ctx.kv_cache_seq_rm(-1, 0, -1)
+        if C.llama_state_seq_set_data(self._ctx.ctx, data, len(data), 0) != len(data):
+            self._ctx.kv_cache_seq_rm(-1, 0, -1)  # a state that does not fit: read afresh
+            self.n_tokens = 0
+            return
+        self.input_ids[: len(kept)] = kept
+        self.n_tokens = len(kept)
+        self._requires_eval = True  # the last row's logits are not in the state: re-read one
+
+    def keep(self) -> None:
+        n = self.n_tokens
+        if n < MIN_GAIN:
+            return
+        states = getattr(self, "_lmd_states", None)
+        if states is None:
+            states = self._lmd_states = OrderedDict()
+        tokens = self.input_ids[:n].astype(np.intc)
+        for key, (kept, _) in list(states.items()):
+            if len(kept) <= n and common(kept, tokens) == len(kept):
+                del states[key]  # a beginning of this one: this one serves all it served
+        size = C.llama_state_seq_get_size(self._ctx.ctx, 0)
+        if not 0 < size <= STATES_KEPT_BYTES:
+            return
+        data = (ctypes.c_uint8 * size)()
+        got = C.llama_state_seq_get_data(self._ctx.ctx, data, size, 0)
+        if got != size:
+            return
+        states[tokens.tobytes()] = (tokens, data)
+        while sum(len(d) for _, d in states.values()) > STATES_KEPT_BYTES:
+            states.popitem(last=False)
+
+    def generate(self, tokens, *args, **kwargs):
+        if kwargs.get("reset", True):
+            restore(self, tokens)
+        return full_generate(self, tokens, *args, **kwargs)
+
+    def _create_completion(self, *args, **kwargs):
+        try:
+            yield from full_completion(self, *args, **kwargs)
+        finally:
+            keep(self)
+
+    Llama.generate = generate
+    Llama._create_completion = _create_completion
+
+
 def main() -> None:
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -154,6 +250,7 @@ def main() -> None:
         sys.exit(0)  # the daemon died before the watch was set
     _last_rows_only()
     _grammar_checked_last()
+    _prompt_states_kept()
     import runpy
 
     sys.argv = ["llama_cpp.server", "--config_file", config]

@@ -1,7 +1,8 @@
-"""The embedded server computes only the logits rows it reads and tests a grammar on the token
-drawn first (daemon/backends/llama_server.py); its logprobs are those of llama-cpp-python's own
-server computing every row, and its greedy answers under a JSON schema or a forced tool call
-are that server's, token for token.
+"""The embedded server computes only the logits rows it reads, tests a grammar on the token
+drawn first and starts a prompt from the kept state that began the same way
+(daemon/backends/llama_server.py); its logprobs are those of llama-cpp-python's own server
+computing every row, and its greedy answers under a JSON schema or a forced tool call are that
+server's, token for token.
 
 Both servers run the bundled model with 8-token batches, so a prompt spans several batches and
 a later prompt reuses part of an earlier one, as in the daemon's conversations.
@@ -46,13 +47,17 @@ def post(server: EmbeddedServer, path: str, body: dict) -> dict:
 
 
 STORY = "Anna has three red apples and two green pears. She gives one apple to Ben, who"
-# in this order: fresh, prefix reused, the exact prompt again, echo of a prefix, fresh again
+OTHER = "The lighthouse keeper climbs the stairs every evening and lights the lamp, and"
+# in this order: fresh, prefix reused, the exact prompt again, echo of a prefix, fresh again,
+# another text, then the story again (from the state kept after the second request)
 ASKED = [
     ("/completions", {"prompt": STORY, "max_tokens": 2, "logprobs": 3}),
     ("/completions", {"prompt": STORY + " thanks her and", "max_tokens": 2, "logprobs": 3}),
     ("/completions", {"prompt": STORY + " thanks her and", "max_tokens": 2, "logprobs": 3}),
     ("/completions", {"prompt": STORY[:33], "max_tokens": 2, "logprobs": 2, "echo": True}),
     ("/completions", {"prompt": STORY, "max_tokens": 2, "logprobs": 3}),
+    ("/completions", {"prompt": OTHER, "max_tokens": 2, "logprobs": 3}),
+    ("/completions", {"prompt": STORY + " thanks her and smiles", "max_tokens": 3, "logprobs": 3}),
 ]
 
 
@@ -137,8 +142,46 @@ def test_the_server_program_patches_this_llama_cpp_python():
     check = (
         "import llama_cpp.llama as l; before = l.Llama.eval\n"
         + program.replace('if __name__ == "__main__":', "if False:")
-        + "\nsampled = l.Llama.sample; _last_rows_only(); _grammar_checked_last()"
-        + "\nassert l.Llama.eval is not before and l.Llama.sample is not sampled; print('patched')"
+        + "\nsampled, generate = l.Llama.sample, l.Llama.generate"
+        + "\n_last_rows_only(); _grammar_checked_last(); _prompt_states_kept()"
+        + "\nassert l.Llama.eval is not before and l.Llama.sample is not sampled"
+        + "\nassert l.Llama.generate is not generate; print('patched')"
     )
     ran = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
     assert ran.stdout.strip() == "patched", ran.stderr
+
+
+KEPT_STATES = """
+import json, sys
+import llama_cpp.llama as l
+from llama_cpp import llama_cpp as C
+
+_last_rows_only(); _grammar_checked_last(); _prompt_states_kept()
+m = l.Llama(sys.argv[1], n_ctx=256, n_batch=8, logits_all=True, verbose=False)
+story, other = sys.argv[2], sys.argv[3]
+read = []
+for prompt in (story, other, story + " thanks her and smiles", other + " then", "Zebra"):
+    C.llama_perf_context_reset(m._ctx.ctx)
+    m.create_completion(prompt, max_tokens=2, temperature=0)
+    read.append([C.llama_perf_context(m._ctx.ctx).n_p_eval, len(m.tokenize(prompt.encode()))])
+print(json.dumps(read))
+"""
+
+
+def test_a_prompt_starts_from_the_kept_state_that_began_the_same_way():
+    """How many prompt tokens the model read for each request (llama.cpp's own counter): a
+    prompt that begins like an earlier one, not the last, reads only what is new."""
+    program = embedded._server_program().decode().replace('if __name__ == "__main__":', "if 0:")
+    ran = subprocess.run(
+        [sys.executable, "-c", program + KEPT_STATES, str(bundled_model_path()), STORY, OTHER],
+        capture_output=True,
+        text=True,
+    )
+    assert ran.returncode == 0, ran.stderr
+    (story, n_story), (other, n_other), (again, n_again), (then, n_then), (z, n_z) = json.loads(
+        ran.stdout
+    )
+    assert (story, other, z) == (n_story, n_other, n_z)  # nothing in common: all read
+    # the story's state (its prompt and the two tokens generated) was kept across the other
+    # text: only the new words are read, and the other text's beginning likewise
+    assert again <= n_again - n_story + 1 and then <= n_then - n_other + 1, ran.stdout
