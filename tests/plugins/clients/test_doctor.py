@@ -186,3 +186,21 @@ def test_package_names_in_process(tmp_path, monkeypatch):
     found = check_package_names()  # importlib.metadata reads the fake from sys.path
     assert found.status == "warn" and "python-daemon installs `daemon`" in found.message
     assert "lmd installs" not in found.message  # lmd's own claim is no clash
+
+
+def test_import_name_providers_are_the_standard_librarys():
+    """What doctor reads for the names it checks is what importlib.metadata's
+    packages_distributions() says, for lmd's names and for others of every kind installed
+    here (a top_level.txt, none, a single-module distribution)."""
+    from importlib.metadata import packages_distributions
+
+    from plugins.clients.doctor import import_name_providers
+
+    names = frozenset(
+        {"daemon", "plugins", "yaml", "numpy", "click", "typing_extensions", "nothing_here"}
+    )
+    want = packages_distributions()
+    got = import_name_providers(names)
+    assert got == {name: want.get(name, []) for name in names}
+    # found, not merely empty alike
+    assert got["daemon"] and got["numpy"] and got["typing_extensions"]
