@@ -26,13 +26,20 @@ pytestmark = pytest.mark.skipif(find_spec("mcp") is None, reason="needs pip inst
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
 SECRET = "supersecretvalue123"
+# How the daemon starts the test server over stdio: the warm launcher (conftest.py) by default
+STDIO = [sys.executable, str(SERVER)]
+
+
+@pytest.fixture(autouse=True)
+def _warm_server(mcp_server_command, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "STDIO", mcp_server_command)
 
 
 def write_config(home: Path, log: Path, *extra: str, **servers: dict) -> None:
     servers = servers or {
         "t": {
-            "command": sys.executable,
-            "args": [str(SERVER), *extra],
+            "command": STDIO[0],
+            "args": [*STDIO[1:], *extra],
             "env": {"MCP_TEST_LOG": str(log), "TEST_SECRET": SECRET},
         }
     }
@@ -177,7 +184,7 @@ def test_a_server_that_hangs_is_one_sentence_and_the_task_goes_on(
     write_config(
         home,
         tmp_path / "x.log",
-        hang={"command": sys.executable, "args": [str(SERVER), "--hang-start"]},
+        hang={"command": STDIO[0], "args": [*STDIO[1:], "--hang-start"]},
     )
     client = make_client(mcp_start_timeout_secs=1.5, marat_start_dir=str(tmp_path))
     tools_backend.queue(FINAL)
@@ -450,8 +457,8 @@ def test_servers_start_on_first_need_and_stop_with_the_daemon(home, tmp_path, to
         home,
         tmp_path / "x.log",
         t={
-            "command": sys.executable,
-            "args": [str(SERVER)],
+            "command": STDIO[0],
+            "args": STDIO[1:],
             "env": {"MCP_TEST_LOG": str(tmp_path / "x.log"), "MCP_TEST_PIDFILE": str(pidfile)},
         },
     )

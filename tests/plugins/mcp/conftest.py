@@ -1,0 +1,19 @@
+"""The test MCP server, forked warm for each start (see warm_server.py)."""
+
+from __future__ import annotations
+
+from importlib.util import find_spec
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def mcp_server_command(tmp_path_factory) -> list[str]:
+    """The command (and first arguments) that starts the test MCP server over stdio."""
+    if find_spec("mcp") is None:
+        pytest.skip("needs pip install 'lmd[mcp]'")
+    from warm_server import WarmMcpServer  # this directory is on sys.path (no __init__.py)
+
+    warm = WarmMcpServer(tmp_path_factory.mktemp("warm-mcp")).start()
+    yield [str(warm.launcher)]
+    warm.stop()
