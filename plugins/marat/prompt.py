@@ -61,16 +61,21 @@ STRUCTURED_FORMATS = {
 
 
 def system_prompt(system: str, cwd: str, protocol: str = "text", tools: list = ()) -> str:
-    """The system message: the OS named by the `system` setting, the working directory, and
-    how to answer in `protocol` (text, tools or schema); `tools` are the MCP servers' tools
-    (the tools protocol sends them as functions, the others describe them here)."""
-    text = PROMPT_FILE.read_text(encoding="utf-8").format(system=system, cwd=cwd)
+    """The system message: the OS named by the `system` setting, how to answer in `protocol`
+    (text, tools or schema), and last the working directory; `tools` are the MCP servers'
+    tools (the tools protocol sends them as functions, the others describe them here).
+
+    The working directory comes last so that everything before it is the same text in every
+    directory: a server that keeps what it read of a prompt's beginning (the embedded model,
+    vLLM, OpenAI's prompt caching) reads it once, not again for each project."""
+    text = PROMPT_FILE.read_text(encoding="utf-8").format(system=system)
+    where = f"\nThe shell's working directory is {cwd}.\n"
     if protocol not in STRUCTURED_FORMATS:
         if tools:
             head, rules = text.split("Rules:", 1)
             text = head.rstrip("\n") + "\n" + tools_text(tools) + TEXT_TOOL_FORMAT
             text += "\nRules:" + rules
-        return text
+        return text + where
     head, rest = text.split("Work in steps.", 1)
     rules = rest[rest.index("Rules:") :]
     rules = "\n".join(line for line in rules.splitlines() if "```bash" not in line)
@@ -81,7 +86,7 @@ def system_prompt(system: str, cwd: str, protocol: str = "text", tools: list = (
         extra = (
             "\nThe other tools come from MCP servers the user configured; call them the same way.\n"
         )
-    return head + STRUCTURED_FORMATS[protocol] + extra + "\n" + rules + "\n"
+    return head + STRUCTURED_FORMATS[protocol] + extra + "\n" + rules + "\n" + where
 
 
 @dataclass(frozen=True)
