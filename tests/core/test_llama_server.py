@@ -144,8 +144,10 @@ def test_the_server_program_patches_this_llama_cpp_python():
         + program.replace('if __name__ == "__main__":', "if False:")
         + "\nsampled, generate = l.Llama.sample, l.Llama.generate"
         + "\n_last_rows_only(); _grammar_checked_last(); _prompt_states_kept()"
+        + "\n_logprobs_sorted_by_numpy()"
         + "\nassert l.Llama.eval is not before and l.Llama.sample is not sampled"
-        + "\nassert l.Llama.generate is not generate; print('patched')"
+        + "\nassert l.Llama.generate is not generate and l.sorted is not sorted"
+        + "\nprint('patched')"
     )
     ran = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
     assert ran.stdout.strip() == "patched", ran.stderr
@@ -185,3 +187,35 @@ def test_a_prompt_starts_from_the_kept_state_that_began_the_same_way():
     # the story's state (its prompt and the two tokens generated) was kept across the other
     # text: only the new words are read, and the other text's beginning likewise
     assert again <= n_again - n_story + 1 and then <= n_then - n_other + 1, ran.stdout
+
+
+SORTED_PAIRS = """
+import builtins
+import numpy as np
+import llama_cpp.llama as l
+
+_logprobs_sorted_by_numpy()
+rng = np.random.default_rng(7)
+for trial in range(3):
+    row = rng.normal(size=49152).astype(np.float32)
+    row[rng.integers(0, 49152, 500)] = row[7]  # ties: broken by the token id
+    row[rng.integers(0, 49152, 300)] = -np.inf  # tokens a grammar refused
+    for values in (row, row.tolist()):  # the reply's rows, and the stream's lists
+        want = builtins.sorted(builtins.zip(values, range(len(values))), reverse=True)
+        got = l.sorted(l.zip(values, range(len(values))), reverse=True)
+        assert got == [(float(v), i) for v, i in want], trial
+pairs = [(1.0, 2), (3.0, 1)]
+assert l.sorted(l.zip([1, 2], [3, 4])) == builtins.sorted(zip([1, 2], [3, 4]))  # other zips
+assert l.sorted(pairs, reverse=True) == [(3.0, 1), (1.0, 2)]
+print("same")
+"""
+
+
+def test_the_vocabulary_is_sorted_by_numpy_into_the_same_pairs():
+    """The (logprob, token) pairs llama-cpp-python sorts to pick a position's top tokens come
+    out of numpy's sort exactly as out of Python's (ties and refused tokens included)."""
+    program = embedded._server_program().decode().replace('if __name__ == "__main__":', "if 0:")
+    ran = subprocess.run(
+        [sys.executable, "-c", program + SORTED_PAIRS], capture_output=True, text=True
+    )
+    assert ran.stdout.strip() == "same", ran.stderr
