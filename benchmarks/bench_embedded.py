@@ -152,6 +152,14 @@ def bench_dali(tmp: Path) -> None:
         backend.stop()
 
 
+def compared(title: str, ours: tuple[str, float, str], plain: tuple[str, float, str]) -> None:
+    """A measurement of lmd's embedded server against llama-cpp-python's own, and the ratio."""
+    print(title)
+    for label, seconds, note in (ours, plain):
+        print(f"    {label} {ms(seconds)}{note}")
+    print(f"    ratio {plain[1] / ours[1]:.2f}x")
+
+
 def bench_prompt_reading() -> None:
     import json
     import urllib.request
@@ -182,10 +190,11 @@ def bench_prompt_reading() -> None:
                 took, used = read(server, i)
                 times[name].append(took)
         o, p = statistics.median(times["ours"]), statistics.median(times["plain"])
-        print(f"(d) reading a {used}-token prompt on one thread, median of {runs}")
-        print(f"    lmd's embedded server (rows it reads): {ms(o)} ({used / o:.0f} tokens/s)")
-        print(f"    every row (logits_all):                {ms(p)} ({used / p:.0f} tokens/s)")
-        print(f"    ratio {p / o:.2f}x")
+        compared(
+            f"(d) reading a {used}-token prompt on one thread, median of {runs}",
+            ("lmd's embedded server (rows it reads):", o, f" ({used / o:.0f} tokens/s)"),
+            ("every row (logits_all):               ", p, f" ({used / p:.0f} tokens/s)"),
+        )
         bench_constrained(ours, plain, runs)
         bench_interleaved(ours, plain, runs)
     finally:
@@ -227,10 +236,11 @@ def bench_constrained(ours, plain, runs: int) -> None:
         if not same:
             print(f"    run {i}: the two servers wrote different verdicts (a defect)")
     o, p = statistics.median(times["ours"]), statistics.median(times["plain"])
-    print(f"(e) a verdict held to a JSON schema, {tokens / runs:.0f} tokens, median of {runs}")
-    print(f"    lmd's embedded server (grammar on the drawn token): {ms(o)}")
-    print(f"    the grammar on every token:                          {ms(p)}")
-    print(f"    ratio {p / o:.2f}x")
+    compared(
+        f"(e) a verdict held to a JSON schema, {tokens / runs:.0f} tokens, median of {runs}",
+        ("lmd's embedded server (grammar on the drawn token):", o, ""),
+        ("the grammar on every token:                         ", p, ""),
+    )
 
 
 def bench_interleaved(ours, plain, runs: int) -> None:
@@ -264,10 +274,11 @@ def bench_interleaved(ours, plain, runs: int) -> None:
                 if i:  # the first of each: both read the whole instruction
                     times[name].append(took)
     o, p = statistics.median(times["ours"]), statistics.median(times["plain"])
-    print(f"(f) two conversations taking turns, {len(times['ours'])} turns, median")
-    print(f"    lmd's embedded server (kept states):        {ms(o)}")
-    print(f"    only the last request's beginning reused:   {ms(p)}")
-    print(f"    ratio {p / o:.2f}x")
+    compared(
+        f"(f) two conversations taking turns, {len(times['ours'])} turns, median",
+        ("lmd's embedded server (kept states):     ", o, ""),
+        ("only the last request's beginning reused:", p, ""),
+    )
 
 
 def main() -> None:

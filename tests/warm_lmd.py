@@ -144,6 +144,7 @@ while True:
     os.close(0)  # the starter's pipe: replaced by the request's stdin below
     for other in detached.values():
         other.close()
+    {child_setup}
     if request.get("detach"):
         conn.close()
         conn = None
@@ -154,10 +155,10 @@ while True:
     os.environ.update(request["env"])
     sys.path[1:1] = request.get("path_first", [])  # a longer PYTHONPATH's own entries
     os.chdir(request["cwd"])
-    sys.argv = ["lmd", *request["argv"]]
+    sys.argv = [{argv0}, *request["argv"]]
     code = 0
     try:
-        daemon.cli.main()
+        {main}
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if not isinstance(e.code, int | None):
@@ -181,7 +182,17 @@ while True:
 
 
 class WarmLmd:
-    """The warm process of one page (its environment as the page's `lmd` would have it)."""
+    """The warm process of one page (its environment as the page's `lmd` would have it).
+
+    Subclasses fork another program the same way: they name its client (the command on
+    disk), the argv[0] and the call its children run, and code each child runs first, with
+    `conn` (its starter's connection) at hand."""
+
+    client_name = "lmd"
+    client_source = CLIENT
+    argv0 = '"lmd"'
+    main = "daemon.cli.main()"
+    child_setup = "pass"
 
     def __init__(
         self, directory: Path, env: dict[str, str], preload: str = PRELOAD_COMMANDS
@@ -195,14 +206,15 @@ class WarmLmd:
 
     def start(self, timeout: float = 10.0) -> WarmLmd:
         self.bin.mkdir(parents=True, exist_ok=True)
-        client = self.bin / "lmd"
+        client = self.client = self.bin / self.client_name
         client.write_text(
-            f"#!{sys.executable} -S\n" + CLIENT.format(socket_path=str(self.socket_path))
+            f"#!{sys.executable} -S\n"
+            + self.client_source.format(socket_path=str(self.socket_path))
         )
         client.chmod(0o755)
         self.socket_path.unlink(missing_ok=True)  # a warm process stopped before this one
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", SERVER.format(preload=self.preload), str(self.socket_path)],
+            [sys.executable, "-c", self.server_source(), str(self.socket_path)],
             env=self.env,
             cwd=ROOT,
             stdin=subprocess.PIPE,  # never written: its end tells the warm process to end
@@ -219,6 +231,11 @@ class WarmLmd:
             self.stop()
             raise RuntimeError(f"the warm lmd did not start:\n{line}")
         return self
+
+    def server_source(self) -> str:
+        return SERVER.format(
+            preload=self.preload, argv0=self.argv0, main=self.main, child_setup=self.child_setup
+        )
 
     def spawn(self, argv: list[str], env: dict[str, str], cwd: Path, output: int) -> int:
         """Start `lmd ARGV` (e.g. serve) in the background, its stdout and stderr to the file

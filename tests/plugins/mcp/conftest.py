@@ -15,5 +15,5 @@ def mcp_server_command(tmp_path_factory) -> list[str]:
     from warm_server import WarmMcpServer  # this directory is on sys.path (no __init__.py)
 
     warm = WarmMcpServer(tmp_path_factory.mktemp("warm-mcp")).start()
-    yield [str(warm.launcher)]
+    yield [str(warm.client)]
     warm.stop()
