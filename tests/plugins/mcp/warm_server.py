@@ -53,6 +53,7 @@ sys.exit(code)
 """
 
 PRELOAD = f"""\
+import fcntl
 import threading
 
 sys.path.insert(0, {str(HERE)!r})
@@ -60,8 +61,9 @@ import mcp_test_server  # noqa: the SDK and the server's module, once
 
 
 def watch_launcher(conn):
-    # the launcher's end closes when it is killed outright: so ends the server
-    watch = conn.dup()
+    # the launcher's end closes when it is killed outright: so ends the server. The copy
+    # takes a descriptor above 2: 0, 1 and 2 are about to become the launcher's pipes.
+    watch = socket.socket(fileno=fcntl.fcntl(conn.fileno(), fcntl.F_DUPFD_CLOEXEC, 3))
 
     def gone():
         try:
