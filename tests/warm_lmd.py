@@ -141,10 +141,11 @@ while True:
     os.close(wake_r)
     os.close(wake_w)
     listener.close()
+    # a subclass's setup, while 0, 1 and 2 are still taken: a descriptor it opens lands above
+    {child_setup}
     os.close(0)  # the starter's pipe: replaced by the request's stdin below
     for other in detached.values():
         other.close()
-    {child_setup}
     if request.get("detach"):
         conn.close()
         conn = None
