@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -81,6 +83,55 @@ def engine_missing() -> str | None:
     return None
 
 
+# Each server's private folder (its configuration, program copy and log) holds a lock file whose
+# lock the daemon and the server hold while either runs. A folder whose lock is free was left by
+# a daemon that died without cleaning up (SIGKILL, a crash): the next server start removes it.
+FOLDER_PREFIX = "lmd-embedded-"
+LOCK_NAME = "lock"
+
+
+def _take_folder_lock(folder: Path) -> int:
+    """Create the folder's lock file with its lock already held (made under another name and
+    renamed, so that no one can lock it first and take the folder for abandoned)."""
+    import fcntl
+
+    making = folder / f"{LOCK_NAME}.new"
+    fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(making, folder / LOCK_NAME)
+    return fd
+
+
+def remove_abandoned_folders(base: Path | None = None) -> list[Path]:
+    """Remove this user's server folders in `base` (the temporary directory) whose lock no
+    process holds; the folders removed. A folder without a lock file is left alone (it is
+    being made, or was made by an older lmd), as is anything not a directory of this user."""
+    import fcntl
+
+    removed = []
+    for folder in Path(base or tempfile.gettempdir()).glob(FOLDER_PREFIX + "*"):
+        try:
+            st = folder.lstat()
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            fd = os.open(folder / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # its daemon or server still runs
+        try:
+            shutil.rmtree(folder)
+            removed.append(folder)
+        except OSError:
+            pass  # another daemon removed it first
+        finally:
+            os.close(fd)
+    return removed
+
+
 # The server process runs a copy of llama_server.py kept beside its configuration: a bare
 # interpreter runs it, even when lmd itself is a zip application.
 SERVER_PROGRAM = "lmd_llama_server.py"
@@ -115,6 +166,7 @@ class EmbeddedServer:
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
     _dir: tempfile.TemporaryDirectory | None = None
+    _lock: int | None = None
 
     @property
     def url(self) -> str:
@@ -158,7 +210,9 @@ class EmbeddedServer:
         check_gguf(self.model_path)
         self.port = self.port or free_port()
         if self._dir is None:
-            self._dir = tempfile.TemporaryDirectory(prefix="lmd-embedded-")
+            remove_abandoned_folders()
+            self._dir = tempfile.TemporaryDirectory(prefix=FOLDER_PREFIX)
+            self._lock = _take_folder_lock(Path(self._dir.name))
         folder = Path(self._dir.name)  # 0700: mkdtemp's own mode
         conf = folder / "server.json"
         conf.unlink(missing_ok=True)
@@ -176,6 +230,7 @@ class EmbeddedServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # the daemon's Ctrl-C is the daemon's to handle
+                pass_fds=(self._lock,) if self._lock is not None else (),  # the folder's lock
             )
 
     def wait_ready(self, timeout: float) -> None:
@@ -248,3 +303,6 @@ class EmbeddedServer:
         if self._dir is not None:
             self._dir.cleanup()
             self._dir = None
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None

@@ -134,14 +134,65 @@ def test_a_crash_mid_answer_is_said_and_the_server_comes_back(tmp_path):
         d.stop()
 
 
-def test_the_server_dies_with_a_killed_daemon(tmp_path):
+def test_the_server_dies_with_a_killed_daemon_and_the_next_removes_its_folder(tmp_path):
     home = embedded_home(tmp_path)
     d = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
     assert wait_for(lambda: server_pids(d.proc.pid), 30)
     (server,) = server_pids(d.proc.pid)
+    argv = Path(f"/proc/{server}/cmdline").read_bytes().split(b"\0")
+    folder = Path(argv[argv.index(b"--config_file") + 1].decode()).parent
     d.proc.send_signal(signal.SIGKILL)
     d.proc.wait()
     assert wait_for(lambda: not Path(f"/proc/{server}").exists(), 10)
+    # nobody cleaned up: its folder (configuration with the key, log) is still there, until
+    # the next embedded server starts
+    assert (folder / "server.json").exists()
+    from daemon.backends.embedded import EmbeddedServer, bundled_model_path
+
+    nxt = EmbeddedServer(bundled_model_path(), n_ctx=256, n_threads=1)
+    nxt.spawn()
+    try:
+        assert not folder.exists()
+        assert Path(nxt._dir.name).exists() and nxt._dir.name != str(folder)
+    finally:
+        nxt.stop()
+
+
+def test_only_abandoned_server_folders_are_removed(tmp_path):
+    """A folder whose lock a live process holds, one without a lock file (being made, or an
+    older lmd's), a link and another user's folder stay; only a free one goes."""
+    import fcntl
+
+    from daemon.backends.embedded import FOLDER_PREFIX, LOCK_NAME, remove_abandoned_folders
+
+    def folder(name: str, locked: bool | None) -> Path:
+        f = tmp_path / (FOLDER_PREFIX + name)
+        f.mkdir(mode=0o700)
+        (f / "server.json").write_text("{}")
+        if locked is not None:
+            (f / LOCK_NAME).touch()
+        return f
+
+    held = folder("held", True)
+    free = folder("free", False)
+    unlocked = folder("nolock", None)
+    other = folder("other", False) if os.geteuid() == 0 else None  # make test runs as root
+    if other is not None:
+        os.chown(other, 65534, 65534)  # nobody's
+    link = tmp_path / (FOLDER_PREFIX + "link")
+    link.symlink_to(free.parent / "elsewhere")
+    (free.parent / "elsewhere").mkdir()
+    (free.parent / "elsewhere" / LOCK_NAME).touch()
+    holder = os.open(held / LOCK_NAME, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # as a running daemon holds it
+    try:
+        assert remove_abandoned_folders(tmp_path) == [free]
+    finally:
+        os.close(holder)
+    assert held.exists() and unlocked.exists() and link.exists()
+    assert (free.parent / "elsewhere").exists()
+    assert other is None or other.exists()
+    assert remove_abandoned_folders(tmp_path) == [held]  # its daemon is gone now
 
 
 def test_a_configured_backend_starts_no_embedded_model(home, backend):
