@@ -267,3 +267,37 @@ def test_fallback_model_only_when_asked(home, backend, tmp_path, bpe_tok):
     assert "warning: I could not load the model" in r.stderr and "Using the fallback" in r.stderr
     assert [row["id"] for row in read_jsonl(out)] == [1, 2]
     assert all(1 <= row["score"] <= 5 for row in read_jsonl(out))
+
+
+def test_the_collector_is_off_only_while_a_model_loads(tmp_path, bpe_tok, monkeypatch):
+    """load_model pauses Python's cyclic collector (the imports and the load make millions of
+    objects) and leaves it as it found it, on success and on failure."""
+    import gc
+
+    import transformers
+
+    from plugins.selectit.transformers_backend import load_model
+
+    model_dir = tmp_path / "tiny-gpt2"
+    gpt2(len(bpe_tok)).save_pretrained(model_dir)
+    bpe_tok.save_pretrained(model_dir)
+    during = []
+    real = transformers.AutoModelForCausalLM.from_pretrained
+
+    def load(*args, **kwargs):
+        during.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", load)
+    assert gc.isenabled()
+    model, tokenizer = load_model(str(model_dir), "cpu")
+    assert during == [False] and gc.isenabled() and model.config.n_positions == 1024
+    with pytest.raises(LmdError, match="I could not load the model"):
+        load_model(str(tmp_path / "missing"), "cpu")
+    assert gc.isenabled()
+    gc.disable()  # a caller that turned it off keeps it off
+    try:
+        load_model(str(model_dir), "cpu")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
