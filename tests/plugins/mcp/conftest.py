@@ -1,4 +1,4 @@
-"""The test MCP server, forked warm for each start (see warm_server.py)."""
+"""The test MCP server and `lmd mcp serve`, forked warm for each start (see warm_server.py)."""
 
 from __future__ import annotations
 
@@ -16,4 +16,16 @@ def mcp_server_command(tmp_path_factory) -> list[str]:
 
     warm = WarmMcpServer(tmp_path_factory.mktemp("warm-mcp")).start()
     yield [str(warm.client)]
+    warm.stop()
+
+
+@pytest.fixture(scope="session")
+def lmd_mcp_command(tmp_path_factory) -> str:
+    """The `lmd` an MCP client starts for `lmd mcp serve` over stdio (forked warm)."""
+    if find_spec("mcp") is None:
+        pytest.skip("needs pip install 'lmd[mcp]'")
+    from warm_server import WarmLmdMcpServe
+
+    warm = WarmLmdMcpServe(tmp_path_factory.mktemp("warm-lmd-mcp")).start()
+    yield str(warm.client)
     warm.stop()

@@ -25,12 +25,20 @@ pytestmark = pytest.mark.skipif(find_spec("mcp") is None, reason="needs pip inst
 TOOLS = {"say", "approve", "lm_score", "selectit", "elo_leaderboard", "history_search"}
 
 
+@pytest.fixture(autouse=True)
+def _warm_lmd(lmd_mcp_command, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "LMD", [lmd_mcp_command])
+
+
+LMD = [sys.executable, "-m", "daemon.cli"]  # the warm `lmd` (conftest.py) in these tests
+
+
 def stdio(home: Path, url: str):
     from mcp import StdioServerParameters
 
     return StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "daemon.cli", "mcp", "serve", "--url", url],
+        command=LMD[0],
+        args=[*LMD[1:], "mcp", "serve", "--url", url],
         env={"LMD_HOME": str(home), "PYTHONPATH": str(ROOT)},
         cwd=str(ROOT),
     )

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.warm_lmd import WarmLmd
+from tests.warm_lmd import PRELOAD_COMMANDS, WarmLmd
 
 HERE = Path(__file__).resolve().parent
 
@@ -52,12 +52,9 @@ if code < 0:  # the server was killed by a signal: so is its stand-in
 sys.exit(code)
 """
 
-PRELOAD = f"""\
+WATCH = """\
 import fcntl
 import threading
-
-sys.path.insert(0, {str(HERE)!r})
-import mcp_test_server  # noqa: the SDK and the server's module, once
 
 
 def watch_launcher(conn):
@@ -75,6 +72,13 @@ def watch_launcher(conn):
 
     threading.Thread(target=gone, daemon=True).start()
 """
+PRELOAD = (
+    WATCH
+    + f"""
+sys.path.insert(0, {str(HERE)!r})
+import mcp_test_server  # noqa: the SDK and the server's module, once
+"""
+)
 
 
 class WarmMcpServer(WarmLmd):
@@ -88,3 +92,16 @@ class WarmMcpServer(WarmLmd):
 
     def __init__(self, directory: Path) -> None:
         super().__init__(directory, dict(os.environ), preload=PRELOAD)
+
+
+class WarmLmdMcpServe(WarmLmd):
+    """`lmd` forked warm for `lmd mcp serve` over stdio, as an MCP client starts it (lmd's and the
+    SDK's imports once, not some 2 CPU-seconds a start), with the launcher above standing for
+    it. The command's own start, cold, is tested over HTTP (test_serve.py)."""
+
+    client_source = LAUNCHER
+    child_setup = "watch_launcher(conn)"
+
+    def __init__(self, directory: Path) -> None:
+        preload = PRELOAD_COMMANDS + "import plugins.mcp.server  # noqa: F401\n" + WATCH
+        super().__init__(directory, dict(os.environ), preload=preload)
