@@ -14,7 +14,7 @@ import pytest
 from tests.daemons import ROOT, lmd_in_process
 
 HEAVY = ("openai", "tiktoken", "numpy", "starlette", "hypercorn", "httpx", "llama_cpp", "mcp")
-HEAVY += ("mcp_types",)
+HEAVY += ("mcp_types", "pandas")
 
 
 @pytest.fixture
@@ -128,6 +128,21 @@ def test_help_and_say_import_nothing_heavy(shared_daemon):
     code = f"import sys, daemon.client; print([m for m in {HEAVY!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+def test_settings_commands_open_the_database_without_numpy_or_pandas(tmp_path):
+    """sqlite-utils imports numpy and pandas where installed (the extras bring them) for a
+    type mapping lmd never uses: a settings command opens the database without them."""
+    home = str(tmp_path / "h")
+    assert modules_after(["settings", "set", "marat_approval", "never", "--home", home]) == set()
+    assert modules_after(["settings", "list", "--home", home]) == set()
+    code = "import sys, daemon.store; print(sorted({'numpy', 'pandas'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stderr
+    # where numpy is in use already, sqlite-utils gets it as before
+    code = "import sys, numpy, daemon.store; print(daemon.store.sqlite_utils.db.np is numpy)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "True", out.stderr
 
 
 def test_help_lists_plugin_commands_without_importing_them():
