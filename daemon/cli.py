@@ -543,7 +543,7 @@ def history(
         listing = resolve(history, chosen[0])
         ctx.invoke(listing, session=session, limit=limit, as_json=as_json, home=home)
         return
-    from daemon.http.app import prompt_rows
+    from daemon.karma import prompt_rows
 
     _, store, s = open_daemon_state(home)
     rows = prompt_rows(store.history(session, limit), s, time.time())

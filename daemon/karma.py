@@ -84,6 +84,28 @@ def scores(prompts: Sequence[Scorable], p: Params, now: float) -> list[float]:
     ]
 
 
+def prompt_rows(prompts: list, settings: Mapping[str, Any] | Any, now: float) -> list[dict]:
+    """Prompts as rows (`lmd history`, GET /history), with the karma score each would get now
+    (distance counted within the list)."""
+    now_scores = scores(prompts, Params.from_settings(settings), now)
+    return [
+        {
+            "id": q.id,
+            "session": q.session,
+            "role": q.role,
+            "mode": q.mode,
+            "kind": q.kind,
+            "karma": q.karma,
+            "tokens": q.tokens,
+            "score": s,
+            "status": q.status,
+            "created_at": q.created_at,
+            "content": q.content,
+        }
+        for q, s in zip(prompts, now_scores, strict=True)
+    ]
+
+
 def select(
     prompts: Sequence[Scorable],
     p: Params,

@@ -293,28 +293,6 @@ def check_unprotected(daemon: Daemon, spec: Any) -> None:
     refuse_if_protected(spec, token_presented())
 
 
-def prompt_rows(prompts: list, settings: Any, now: float) -> list[dict]:
-    """Prompts with the karma score each would get now (distance counted within the list)."""
-    p = karma.Params.from_settings(settings)
-    scores = karma.scores(prompts, p, now)
-    return [
-        {
-            "id": q.id,
-            "session": q.session,
-            "role": q.role,
-            "mode": q.mode,
-            "kind": q.kind,
-            "karma": q.karma,
-            "tokens": q.tokens,
-            "score": s,
-            "status": q.status,
-            "created_at": q.created_at,
-            "content": q.content,
-        }
-        for q, s in zip(prompts, scores, strict=True)
-    ]
-
-
 async def history(request: Request) -> Response:
     daemon = get_daemon(request)
     try:
@@ -323,7 +301,7 @@ async def history(request: Request) -> Response:
         raise LmdError("limit must be a whole number.") from None
     name = request.query_params.get("session")
     prompts = daemon.store.history(name, max(1, min(limit, 10000)))
-    return JSONResponse({"prompts": prompt_rows(prompts, daemon.settings(), time.time())})
+    return JSONResponse({"prompts": karma.prompt_rows(prompts, daemon.settings(), time.time())})
 
 
 async def promote(request: Request) -> Response:

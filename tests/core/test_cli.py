@@ -130,12 +130,14 @@ def test_help_and_say_import_nothing_heavy(shared_daemon):
     assert out.stdout.strip() == "[]"
 
 
-def test_settings_commands_open_the_database_without_numpy_or_pandas(tmp_path):
+def test_commands_on_the_database_import_nothing_heavy(tmp_path):
     """sqlite-utils imports numpy and pandas where installed (the extras bring them) for a
-    type mapping lmd never uses: a settings command opens the database without them."""
+    type mapping lmd never uses, and `lmd history` needs karma, not the HTTP app: commands
+    that open the database start without them."""
     home = str(tmp_path / "h")
     assert modules_after(["settings", "set", "marat_approval", "never", "--home", home]) == set()
     assert modules_after(["settings", "list", "--home", home]) == set()
+    assert modules_after(["history", "--home", home]) == set()
     code = "import sys, daemon.store; print(sorted({'numpy', 'pandas'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stderr
