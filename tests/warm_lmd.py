@@ -38,9 +38,10 @@ sys.exit(int(code) if code else 70)
 """
 
 # A daemon (and a command that counts tokens) asks tiktoken for its encoding; with no network
-# (these machines) tiktoken imports requests to download it, fails, and lmd estimates: 0.15
-# CPU-s of imports in each of some three hundred daemons a run. The child still asks and fails
-# exactly so; only the imports are done once, here (the line below, in both preloads).
+# (these machines) tiktoken imports requests to download it, fails, and lmd estimates: some 0.1
+# CPU-s of imports in each forked daemon. The child still asks and fails exactly so; only the
+# imports are done once, here (in both preloads). numpy likewise: lmd's store keeps it out of
+# sqlite-utils, and the Elo commands and routes import it when they need it.
 
 # What a warm process imports before it forks: for the docs' examples, lmd's own imports and
 # every plugin's commands resolved (as a command's first use resolves them); for a daemon, what
@@ -48,6 +49,7 @@ sys.exit(int(code) if code else 70)
 PRELOAD_COMMANDS = """\
 import daemon.cli, daemon.store, daemon.core, openai  # noqa: E401,F401
 import requests, tiktoken, tiktoken.load, tiktoken_ext.openai_public  # noqa
+import numpy  # noqa: the Elo ratings' arrays (lmd imports it where it needs it)
 from daemon.lazy import resolve
 
 daemon.cli.cli._load_plugins()
@@ -63,6 +65,7 @@ import tree_sitter, tree_sitter_bash  # noqa: the bash reader, on a command's fi
 import mcp, mcp.client.stdio, mcp.client.streamable_http  # noqa: what marat's MCP tools import
 import daemon.backends.embedded  # noqa: F401
 import requests, tiktoken, tiktoken.load, tiktoken_ext.openai_public  # noqa
+import numpy  # noqa: the Elo ratings' arrays (lmd imports it where it needs it)
 from daemon.backends.http_pools import ssl_context
 
 ssl_context()  # the CA certificates, loaded once (~0.1 CPU-s) rather than in every daemon
