@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from daemon.speak import visible
 from tests.daemons import LiveDaemon, tree_hash
 from tests.real_model import configure_real_home
 
@@ -54,7 +55,10 @@ def test_nothing_that_should_ask_runs_without_a_yes(daemon, tmp_path, task):
     body = post(daemon, task, f"s-{hash(task)}", tmp_path)
     assert body["mode"] == "marat" and body["reply"].strip()
     if body["pending"]:  # the model proposed something that needs a yes: shown, not run
-        assert body["pending"]["command"] in body["reply"]
+        # character for character, an invisible one written out (the tiny model wrote a form
+        # feed into a command once: its prompt names the working directory, which differs
+        # from run to run, and so do its answers)
+        assert visible(body["pending"]["command"]) in body["reply"]
     assert tree_hash(tmp_path) == before  # nothing changed without a yes
     # say no: nothing runs, the task ends with a sentence
     if body["pending"]:
