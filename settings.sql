@@ -1,12 +1,17 @@
 -- lmd settings: the schema and every built-in default, one commented line per setting.
--- Applied on every start with INSERT OR IGNORE, so values you changed survive upgrades.
+--
+-- lmd writes these defaults itself (from the declarations) and keeps every value you did not
+-- choose on the default of the lmd you run, so new defaults reach you when you upgrade. A value
+-- you chose stays, however you set it: `lmd settings set`, knob, HTTP, or plain SQL such as
+--   UPDATE settings SET value = '4000' WHERE name = 'max_tokens';
+-- (a trigger marks it in settings_chosen). `lmd settings reset NAME`, or deleting the row, puts
+-- a setting back on its default. `lmd settings list --sources` says which is which.
 --
 -- GENERATED from the Setting declarations (daemon/core_settings.py for the core, each built-in
--- plugin's register_settings for the rest): change a declaration, then run `make docs`.
--- `make lint` and tests/core/test_docs.py fail while this file is stale. The daemon reads it
--- through daemon/settings.sql, a symlink to this file, so installed packages carry it.
--- `lmd settings list` shows every setting (third-party plugins' too) with its value;
--- docs/settings.md is the reference.
+-- plugin's register_settings for the rest) and daemon/defaults.py: change one, then run `make
+-- docs`. `make lint` and tests/core/test_docs.py fail while this file is stale. Run by hand into
+-- an empty database, it makes the tables lmd makes; daemon/settings.sql, a symlink to this file,
+-- ships it with installed packages. docs/settings.md is the reference.
 
 CREATE TABLE IF NOT EXISTS settings (
     name TEXT PRIMARY KEY,
@@ -213,4 +218,19 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_judge_model', 'gpt-4')
 INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_models_file', '');
 -- Backend calls in flight when answering or judging. Allowed: a whole number from 1 to 256.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_concurrency', '8');
+-- [[[end]]]
+
+-- Which values you chose, and which defaults lmd wrote (daemon/defaults.py).
+-- [[[cog
+-- import docgen
+-- cog.out(docgen.settings_schema())
+-- ]]]
+CREATE TABLE IF NOT EXISTS settings_chosen (name TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS settings_defaults (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TRIGGER IF NOT EXISTS settings_chosen_on_insert AFTER INSERT ON settings
+BEGIN INSERT INTO settings_chosen (name) SELECT NEW.name
+WHERE NOT EXISTS (SELECT 1 FROM settings_chosen WHERE name = NEW.name); END;
+CREATE TRIGGER IF NOT EXISTS settings_chosen_on_update AFTER UPDATE OF value ON settings
+BEGIN INSERT INTO settings_chosen (name) SELECT NEW.name
+WHERE NOT EXISTS (SELECT 1 FROM settings_chosen WHERE name = NEW.name); END;
 -- [[[end]]]

@@ -34,6 +34,7 @@ _GROUPS: dict[str, dict[str, str]] = {
     # Settings, the registry and the store, outside a request.
     "Settings and state": {
         "Settings": "daemon.settings",
+        "read_settings_table": "daemon.defaults",
         "env_name": "daemon.settings",
         "refuse_if_protected": "daemon.settings",
         "check_setting": "daemon.core",
@@ -169,6 +170,7 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "SettingError",
     "ClientError",
     "Settings",
+    "read_settings_table",
     "env_name",
     "refuse_if_protected",
     "check_setting",
@@ -293,6 +295,7 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.cli import add_history_listing, fail, home_option, open_daemon_state
     from daemon.client import ClientError, daemon_url, request
     from daemon.core import Daemon, Registry, check_setting, collect
+    from daemon.defaults import read_settings_table
     from daemon.errors import BackendError, LmdError
     from daemon.execution import sandbox
     from daemon.execution.bash import SimpleCommand, Unmodelled, join_continuations, simple_commands

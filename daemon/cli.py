@@ -263,7 +263,7 @@ def open_daemon_state(home: Path | None):
     registry = collect(get_plugin_manager())
     tokens.remember_warnings_in(home or default_home())
     store = Store((home or default_home()) / "lmd.db")
-    store.migrate(registry.migrations)
+    store.migrate(registry.migrations, registry.specs)
     settings = Settings(registry.specs, store.stored_settings())
     # A bad LMD_<NAME> in the environment is one sentence and a failure wherever settings
     # are read, never a silent fall back to the stored value.
@@ -279,7 +279,10 @@ def settings() -> None:
     """List, read and change settings (stored in the database)."""
 
 
-def _print_rows(rows: list[dict], as_json: bool) -> None:
+_SOURCE_WORDS = {"env": "environment", "set": "set", "default": "default"}
+
+
+def _print_rows(rows: list[dict], as_json: bool, sources: bool = False) -> None:
     import json
 
     if as_json:
@@ -288,17 +291,26 @@ def _print_rows(rows: list[dict], as_json: bool) -> None:
     width = max((len(r["name"]) for r in rows), default=10)
     for r in rows:
         value = json.dumps(r["value"]) if r["type"] == "json" else r["value"]
-        mark = "" if r["source"] in ("table", "default") else f"  [{r['source']}]"
+        if sources:
+            source = _SOURCE_WORDS.get(r["source"], r["source"])
+            click.echo(f"{r['name']:<{width}}  {source:<11}  {value}")
+            continue
+        mark = "" if r["source"] in ("set", "default") else f"  [{r['source']}]"
         click.echo(f"{r['name']:<{width}}  {value}{mark}")
 
 
 @settings.command("list")
 @click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--sources",
+    is_flag=True,
+    help="Also say where each value comes from: default, set (you chose it) or environment.",
+)
 @home_option
-def settings_list(as_json: bool, home: Path | None) -> None:
+def settings_list(as_json: bool, sources: bool, home: Path | None) -> None:
     """Every setting with its value."""
     _, _, s = open_daemon_state(home)
-    _print_rows(s.describe(), as_json)
+    _print_rows(s.describe(), as_json, sources)
 
 
 @settings.command("get")
@@ -337,8 +349,10 @@ def _change_setting(home: Path | None, name: str, value: str | None, as_json: bo
     registry, store, s = open_daemon_state(home)
     try:
         spec = s.spec(name)
-        new = spec.default if value is None else parse_setting(registry, name, value)
-        store.set_setting(name, spec.dump(new))
+        if value is None:
+            store.reset_setting(name, spec.dump(spec.default))
+        else:
+            store.set_setting(name, spec.dump(parse_setting(registry, name, value)))
     except LmdError as e:
         fail(e.message)
     _, _, s = open_daemon_state(home)

@@ -171,7 +171,7 @@ class Daemon:
 
         tokens.remember_warnings_in(self.home)
         self.store = Store(self.home / "lmd.db")
-        self.store.migrate(self.registry.migrations)
+        self.store.migrate(self.registry.migrations, self.registry.specs)
         self.locks = SessionLocks()
         self._llms: dict[tuple, Any] = {}
         self._capabilities: Any = None  # a CapabilityCache over the store, made on first use

@@ -287,6 +287,13 @@ CORE_SETTINGS = [
         "More spoken forms of directives, per mode, beside those each mode declares, like "
         '{"marat": ["murat"]}.',
         check=_check_aliases,
+        past_defaults=(
+            {
+                "marat": ["murat", "marrat", "ma rat"],
+                "dali": ["dolly", "dally"],
+                "cobol": ["kobol", "co bol"],
+            },
+        ),
     ),
     Setting("max_tokens", 3500, "int", "Most tokens of history sent to the model.", min=1),
     Setting(

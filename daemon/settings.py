@@ -1,8 +1,10 @@
 """Typed settings: declarations, parsing with clear errors, and the layered view.
 
 A value comes from, in order: the environment (`LMD_<NAME>`), the `settings` table, the
-declared default. Every value is parsed by its declaration, so a bad one is refused with a
-sentence naming the setting, the value and what is allowed.
+declared default. Its source says which: "env", "set" (a value the user chose) or "default"
+(the declared default, also when the table holds it: daemon/defaults.py keeps those current).
+Every value is parsed by its declaration, so a bad one is refused with a sentence naming the
+setting, the value and what is allowed.
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ class Setting:
     # Protected settings guard the user's safety (e.g. command approval): over HTTP they change
     # only for a request that presents the daemon's token; the CLI always can.
     protected: bool = False
+    # Earlier defaults, as an older lmd wrote them into the table: a home from before lmd
+    # recorded who chose a value counts a stored one of these as not chosen. Changing a
+    # default? Add the old one here.
+    past_defaults: tuple[Any, ...] = ()
 
     def allowed(self) -> str:
         """Say in words what values are allowed."""
@@ -229,8 +235,11 @@ class Settings:
             except SettingError as e:
                 raise SettingError(f"The environment variable {env_name(name)}: {e}") from None
         if name in self._stored:
+            # a plain mapping (tests, callers with their own values) holds chosen values
+            chosen = getattr(self._stored, "chosen", None)
+            source = "set" if chosen is None or name in chosen else "default"
             try:
-                return spec.parse(self._stored[name]), "table"
+                return spec.parse(self._stored[name]), source
             except SettingError as e:
                 raise SettingError(
                     f"The stored value is broken: {e} Fix it with `lmd settings set {name} ...`."

@@ -10,8 +10,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
+
+from daemon import defaults
 
 
 def _import_sqlite_utils():
@@ -35,7 +36,13 @@ def _import_sqlite_utils():
 
 sqlite_utils = _import_sqlite_utils()
 
-SETTINGS_SQL = Path(__file__).with_name("settings.sql")
+# The settings table and what tells the user's values from lmd's defaults. settings.sql (the
+# generated reference of every default) holds the same schema; the defaults themselves are
+# written from the declarations by daemon/defaults.py.
+SETTINGS_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);"
+    + defaults.SCHEMA
+)
 
 Migration = Callable[[sqlite_utils.Database], None]
 
@@ -183,7 +190,7 @@ class Store:
         )
         self.db = sqlite_utils.Database(conn)
         self.lock = threading.RLock()
-        self._settings: tuple[int, Mapping[str, str]] | None = None  # (data_version, rows)
+        self._settings: tuple[int, defaults.StoredSettings] | None = None  # (data_version, rows)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=30000")
@@ -215,8 +222,14 @@ class Store:
         return db.execute_returning_dicts(sql, args or [])
 
     # -- migrations ---------------------------------------------------------------------
-    def migrate(self, extra: Iterable[tuple[str, Migration]] = ()) -> list[str]:
-        """Apply every migration not yet applied; return the names applied now."""
+    def migrate(
+        self,
+        extra: Iterable[tuple[str, Migration]] = (),
+        specs: Mapping[str, Any] | None = None,
+    ) -> list[str]:
+        """Apply every migration not yet applied; return the names applied now. Then every
+        declared setting (`specs`, else the core's) that the user did not choose is set to its
+        declared default (daemon/defaults.py)."""
         with self.lock:
             self.db.execute(
                 "CREATE TABLE IF NOT EXISTS _lmd_migrations"
@@ -235,16 +248,31 @@ class Store:
                         [name, time.time()],
                     )
                 applied.append(name)
-            self.db.executescript(SETTINGS_SQL.read_text(encoding="utf-8"))
+            self._follow_defaults(specs)
             self._settings = None
             return applied
+
+    def _follow_defaults(self, specs: Mapping[str, Any] | None) -> None:
+        if specs is None:
+            from daemon.core_settings import CORE_SETTINGS
+
+            specs = {s.name: s for s in CORE_SETTINGS}
+        self.db.executescript(SETTINGS_SCHEMA)
+        to_follow, to_mark = defaults.plan(self.db.conn, specs)
+        if not (to_follow or to_mark):
+            return  # the usual start: nothing to write
+        with self.transaction():
+            for name, text in to_follow.items():
+                defaults.follow(self.db.conn, name, text)
+            for name in to_mark:
+                self.db.execute("INSERT OR IGNORE INTO settings_chosen (name) VALUES (?)", [name])
 
     def transaction(self):
         """BEGIN IMMEDIATE ... COMMIT, rolled back on error."""
         return _Transaction(self)
 
     # -- settings -----------------------------------------------------------------------
-    def stored_settings(self) -> Mapping[str, str]:
+    def stored_settings(self) -> defaults.StoredSettings:
         """The settings table as a read-only mapping, re-read only when it may have changed.
 
         Every request asks for it, so it is cached: `PRAGMA data_version` on the reading
@@ -258,10 +286,12 @@ class Store:
         cached = self._settings
         if cached is None or cached[0] != version:
             rows = conn.execute("SELECT name, value FROM settings").fetchall()
-            cached = self._settings = (version, MappingProxyType(dict(rows)))
+            chosen = defaults.chosen_names(conn)
+            cached = self._settings = (version, defaults.StoredSettings(dict(rows), chosen))
         return cached[1]
 
     def set_setting(self, name: str, value: str) -> None:
+        """Store a value the user chose (the table's trigger marks it chosen)."""
         with self.lock:
             self._settings = None
             self.db.execute(
@@ -269,6 +299,13 @@ class Store:
                 "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
                 [name, value],
             )
+
+    def reset_setting(self, name: str, default: str) -> None:
+        """Put a setting back on its declared default, following it from now on."""
+        with self.lock:
+            self._settings = None
+            with self.transaction():
+                defaults.follow(self.db.conn, name, default)
 
     # -- backend capabilities -----------------------------------------------------------
     def capabilities(self, endpoint: str, model: str) -> str | None:

@@ -205,7 +205,7 @@ def handle(ctx: Context) -> str:
         name = setting_name(" ".join(rest), settings)
         spec = settings.spec(name)
         refuse_if_protected(spec, _token_presented())
-        store.set_setting(name, spec.dump(spec.default))
+        store.reset_setting(name, spec.dump(spec.default))
         ctx.extra["setting"] = {"name": name, "value": spec.default}
         return f"{_said(name)} is back to its default, {show(spec.default, spec)}." + _env_note(
             name, ctx

@@ -65,7 +65,7 @@ def configure(home: Path, probed: tuple[str, str, str] | None = None, **settings
 
             with tempfile.TemporaryDirectory() as scratch:
                 fresh = Store(Path(scratch) / "lmd.db")
-                fresh.migrate(registry.migrations)
+                fresh.migrate(registry.migrations, registry.specs)
                 fresh.close()
                 _FRESH_DB.append((Path(scratch) / "lmd.db").read_bytes())
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -73,7 +73,7 @@ def configure(home: Path, probed: tuple[str, str, str] | None = None, **settings
         with os.fdopen(fd, "wb") as f:
             f.write(_FRESH_DB[0])
     store = Store(path)
-    store.migrate(registry.migrations)
+    store.migrate(registry.migrations, registry.specs)
     for name, value in settings.items():
         spec = registry.specs[name]
         store.set_setting(name, spec.dump(spec.parse(value)))

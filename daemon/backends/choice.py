@@ -37,8 +37,8 @@ def choose_backend(settings: Any, environ: dict | None = None) -> BackendChoice:
     for name in CONFIGURING_VARIABLES:
         if env.get(name):
             return BackendChoice(False, f"{name} is set")
-    # settings.sql writes every default into the table: a changed value is what counts
-    if settings["openai_chat_endpoint"] != settings.spec("openai_chat_endpoint").default:
+    # the table holds every default too: a value the user chose is what counts
+    if settings.source("openai_chat_endpoint") != "default":
         return BackendChoice(False, "openai_chat_endpoint is set")
     return BackendChoice(True, "no backend is configured")
 

@@ -282,7 +282,7 @@ async def settings_reset(request: Request) -> Response:
     name = request.path_params["name"]
     spec = daemon.settings().spec(name)
     check_unprotected(daemon, spec)
-    daemon.store.set_setting(name, spec.dump(spec.default))
+    daemon.store.reset_setting(name, spec.dump(spec.default))
     return JSONResponse(daemon.settings().describe([name])[0])
 
 

@@ -97,8 +97,10 @@ def _dist_key(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def check_database(path: Path) -> tuple[Finding, dict[str, str]]:
+def check_database(path: Path) -> tuple[Finding, Mapping[str, str]]:
     """The database file opens read-only and passes SQLite's integrity check."""
+    from daemon.api import read_settings_table
+
     if not path.exists():
         return Finding(
             "database", WARN, f"There is no database at {path} yet; `lmd serve` creates it."
@@ -107,7 +109,7 @@ def check_database(path: Path) -> tuple[Finding, dict[str, str]]:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
         try:
             result = conn.execute("PRAGMA integrity_check").fetchone()[0]
-            stored = dict(conn.execute("SELECT name, value FROM settings").fetchall())
+            stored = read_settings_table(conn)
         finally:
             conn.close()
     except sqlite3.Error as e:

@@ -96,9 +96,9 @@ def test_http_list_get_put_reset(client):
     assert r.status_code == 200 and r.json()["value"] == 4000
     r = client.put("/settings/max_tokens", json={"value": 4500})
     assert r.json()["value"] == 4500
-    assert client.get("/settings/max_tokens").json()["source"] == "table"
+    assert client.get("/settings/max_tokens").json()["source"] == "set"
     r = client.delete("/settings/max_tokens")
-    assert r.json()["value"] == 3500
+    assert r.json()["value"] == 3500 and r.json()["source"] == "default"
 
 
 def test_http_bad_values_and_unknown_names(client):
@@ -116,8 +116,8 @@ def test_http_bad_values_and_unknown_names(client):
 
 
 # -- over the CLI ---------------------------------------------------------------------------
-def lmd(*args, home, input=None):
-    return lmd_in_process(*args, "--home", str(home), input=input)
+def lmd(*args, home, input=None, env=None):
+    return lmd_in_process(*args, "--home", str(home), input=input, env=env)
 
 
 def test_cli_set_get_list_reset(home):
@@ -140,13 +140,132 @@ def test_cli_refuses_bad_values_and_unknown_names(home):
     assert lmd("settings", "get", "karma_multiplier", home=home).stdout.strip() == "10.0"
 
 
-def test_user_values_survive_a_restart_with_settings_sql_reapplied(home):
+def test_user_values_survive_a_restart(home):
     lmd("settings", "set", "system", "Debian 12", home=home)
     from daemon.store import Store
 
     store = Store(home / "lmd.db")
-    store.migrate()  # applies settings.sql again with INSERT OR IGNORE
+    store.migrate(specs=builtin_specs())  # every start follows the defaults again
     assert store.stored_settings()["system"] == "Debian 12"
+
+
+# -- upgrades: values nobody chose follow new defaults, chosen ones stay -------------------
+
+
+def _upgraded(path, specs, changes: dict):
+    """Open the database as an lmd whose declarations have these defaults would (each changed
+    one listing the old default in past_defaults, as docs/development.md asks)."""
+    import dataclasses
+
+    from daemon.store import Store
+
+    new = {
+        n: dataclasses.replace(s, default=changes[n], past_defaults=(*s.past_defaults, s.default))
+        if n in changes
+        else s
+        for n, s in specs.items()
+    }
+    store = Store(path)
+    store.migrate(specs=new)
+    return store, Settings(new, store.stored_settings(), {})
+
+
+def _sql(path, statement, *args):
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(statement, args)
+    conn.close()
+
+
+def test_an_unchanged_value_follows_a_new_default_and_chosen_ones_stay(home):
+    specs = builtin_specs()
+    db = home / "lmd.db"
+    lmd("settings", "set", "max_tokens", "4000", home=home)  # chosen through the CLI
+    _sql(db, "UPDATE settings SET value = 'Arch Linux' WHERE name = 'system'")  # plain SQL
+    # chosen, though equal to today's default: still the user's choice after an upgrade
+    _sql(db, "UPDATE settings SET value = '300' WHERE name = 'end_session_after_idle_secs'")
+
+    changes = {
+        "max_tokens": 5000,
+        "system": "Debian 13",
+        "end_session_after_idle_secs": 600,
+        "recent_history_limit": 80,
+    }
+    store, s = _upgraded(db, specs, changes)
+    assert s["recent_history_limit"] == 80 and s.source("recent_history_limit") == "default"
+    assert s["max_tokens"] == 4000 and s.source("max_tokens") == "set"
+    assert s["system"] == "Arch Linux" and s.source("system") == "set"
+    assert s["end_session_after_idle_secs"] == 300
+    # the table shows the value in use, for those who read it with SQL
+    assert store.stored_settings()["recent_history_limit"] == "80"
+    store.close()
+
+
+def test_reset_follows_the_default_again(home):
+    specs = builtin_specs()
+    lmd("settings", "set", "max_tokens", "4000", home=home)
+    assert lmd("settings", "reset", "max_tokens", home=home).returncode == 0
+    store, s = _upgraded(home / "lmd.db", specs, {"max_tokens": 5000})
+    assert s["max_tokens"] == 5000 and s.source("max_tokens") == "default"
+    store.close()
+
+
+def test_a_deleted_row_comes_back_as_the_default(home):
+    _sql(home / "lmd.db", "DELETE FROM settings WHERE name = 'max_tokens'")
+    store, s = _upgraded(home / "lmd.db", builtin_specs(), {})
+    assert store.stored_settings()["max_tokens"] == "3500" and s.source("max_tokens") == "default"
+    store.close()
+
+
+def test_a_home_from_an_older_lmd_keeps_only_what_its_user_changed(tmp_path):
+    """Before lmd knew who chose a value, every default sat in the table like a choice. A
+    value equal to the default of the lmd that wrote it (today's or an earlier one) counts as
+    not set; any other value is the user's."""
+    import sqlite3
+
+    specs = builtin_specs()
+    db = tmp_path / "lmd.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    old_rows = {
+        "llm_timeout_secs": "60",  # an earlier lmd's spelling of its default
+        "min_score_to_include_prompt": "0.00001",
+        "directive_aliases": (
+            '{"marat": ["murat", "marrat", "ma rat"], "dali": ["dolly", "dally"], '
+            '"cobol": ["kobol", "co bol"]}'
+        ),  # an earlier default, since changed
+        "max_tokens": "3500",  # today's default
+        "system": "Fedora 40",  # the user's
+        "karma_multiplier": "12.5",  # the user's
+    }
+    conn.executemany("INSERT INTO settings VALUES (?, ?)", old_rows.items())
+    conn.commit()
+    conn.close()
+
+    changes = {"llm_timeout_secs": 90.0, "max_tokens": 5000, "system": "Debian 13"}
+    store, s = _upgraded(db, specs, changes)
+    assert s["llm_timeout_secs"] == 90.0 and s.source("llm_timeout_secs") == "default"
+    assert s["max_tokens"] == 5000
+    assert s["directive_aliases"] == specs["directive_aliases"].default
+    assert s["min_score_to_include_prompt"] == specs["min_score_to_include_prompt"].default
+    assert s["system"] == "Fedora 40" and s.source("system") == "set"
+    assert s["karma_multiplier"] == 12.5 and s.source("karma_multiplier") == "set"
+    store.close()
+    # and a second start changes nothing more
+    store, s = _upgraded(db, specs, changes)
+    assert s["system"] == "Fedora 40" and s["max_tokens"] == 5000
+    store.close()
+
+
+def test_settings_list_says_where_each_value_comes_from(home):
+    lmd("settings", "set", "max_tokens", "4000", home=home)
+    r = lmd("settings", "list", "--sources", home=home, env={"LMD_SYSTEM": "Alpine"})
+    lines = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines()}
+    assert lines["max_tokens"][:2] == ["set", "4000"]
+    assert lines["system"][:2] == ["environment", "Alpine"]
+    assert lines["recent_history_limit"][:2] == ["default", "50"]
 
 
 @pytest.mark.parametrize(
