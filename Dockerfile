@@ -17,7 +17,7 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml setup.py README.md settings.sql ./
+COPY pyproject.toml setup.py README.md LICENSE settings.sql ./
 COPY daemon ./daemon
 COPY plugins ./plugins
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
