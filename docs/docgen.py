@@ -184,3 +184,70 @@ def public_api() -> str:
         out.append(f"\n**{title}**\n\n| name | what |\n|---|---|\n")
         out.extend(f"| `{name}` | {_cell(api.summary(name))} |\n" for name in names)
     return "".join(out)
+
+
+# -- the layout of docs/development.md ------------------------------------------------------
+
+LAYOUT_TOP = [
+    (
+        "pyproject.toml",
+        'distribution "lmd"; console script `lmd`; the `lmd` entry points list'
+        " the built-in plugins exactly as a third-party plugin lists itself",
+    ),
+    ("settings.sql", "the settings table and every built-in default (generated: make docs)"),
+]
+LAYOUT_BOTTOM = [
+    ("examples/", "the sample files the docs' examples use"),
+    ("docs/", "these pages; docgen.py is what cog runs to fill their generated parts"),
+    (
+        "tests/",
+        "core/, system/ (whole daemon), plugins/<name>/ and journeys/, a conftest.py"
+        " each; fake_backend.py (the stand-in model server) and daemons.py are shared",
+    ),
+    ("benchmarks/", "scripts that print ratios (`make bench`)"),
+]
+
+
+def _first_line(path: Path) -> str:
+    """The first sentence-line of a module's docstring (a package's: its __init__.py)."""
+    import ast
+
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    return " ".join(doc.split("\n\n")[0].split()).split(". ")[0].rstrip(".")
+
+
+def _layout_rows(directory: Path, depth: int, whole: bool) -> list[tuple[int, str, str]]:
+    """(depth, name, description) for a package's modules and subpackages, in name order;
+    only the packages and single-file modules of the top level unless `whole`."""
+    rows = []
+    for child in sorted(directory.iterdir(), key=lambda p: (p.is_dir(), p.name)):
+        if child.name.startswith(("_", ".")):
+            continue
+        if child.is_dir() and (child / "__init__.py").exists():
+            rows.append((depth, child.name + "/", _first_line(child / "__init__.py")))
+            if whole:
+                rows += _layout_rows(child, depth + 1, whole)
+        elif child.suffix == ".py":
+            rows.append((depth, child.name, _first_line(child)))
+    return rows
+
+
+def layout() -> str:
+    """The repository's layout from the code: each module's first docstring line."""
+    import textwrap
+
+    rows = [(0, name, text) for name, text in LAYOUT_TOP]
+    for package, whole in (("daemon", True), ("plugins", False)):
+        rows.append((0, package + "/", _first_line(ROOT / package / "__init__.py")))
+        rows += _layout_rows(ROOT / package, 1, whole)
+    rows += [(0, name, text) for name, text in LAYOUT_BOTTOM]
+    column = 24
+    out = ["```\n"]
+    for depth, name, text in rows:
+        left = "  " * depth + name
+        lead = left.ljust(column - 1) + " " if len(left) < column else left + "\n" + " " * column
+        lines = textwrap.wrap(text, 100 - column) or [""]
+        out.append(lead + lines[0] + "\n")
+        out += [" " * column + line + "\n" for line in lines[1:]]
+    out.append("```\n")
+    return "".join(out)
