@@ -11,6 +11,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
+
+# Property tests must hold on a busy machine too: no per-example deadline and no "too slow"
+# health check (both measure time, which load stretches); each test's own @settings keeps
+# its other choices.
+hypothesis_settings.register_profile(
+    "lmd", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+hypothesis_settings.load_profile("lmd")
 
 # The registry of lmd homes (the sandbox hides each one's token) is the user's own, under
 # XDG_STATE_HOME: the tests' thousands of homes go to a registry of this run, not root's.

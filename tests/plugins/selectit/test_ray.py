@@ -57,10 +57,25 @@ def ray_session(tmp_path_factory):
         ray.shutdown()
         os.environ.clear()
         os.environ.update(saved)
-        deadline = time.monotonic() + 15
-        while ray_processes() - before and time.monotonic() < deadline:
-            time.sleep(0.1)
+        # ray.shutdown() signals its processes; on a loaded machine they take their time to
+        # end: wait for each one's exit itself (a pidfd), not for a fixed while
+        for pid in ray_processes() - before:
+            wait_for_exit(pid, timeout=180)
         assert not ray_processes() - before, "Ray left raylet/gcs_server processes behind"
+
+
+def wait_for_exit(pid: int, timeout: float) -> None:
+    """Block until process `pid` (not our child) has ended, or `timeout` seconds passed."""
+    import select
+
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return  # already gone
+    try:
+        select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
 
 
 @pytest.fixture(scope="module")
