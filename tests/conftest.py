@@ -14,14 +14,6 @@ import pytest
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
-# Property tests must hold on a busy machine too: no per-example deadline and no "too slow"
-# health check (both measure time, which load stretches); each test's own @settings keeps
-# its other choices.
-hypothesis_settings.register_profile(
-    "lmd", deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
-hypothesis_settings.load_profile("lmd")
-
 # The registry of lmd homes (the sandbox hides each one's token) is the user's own, under
 # XDG_STATE_HOME: the tests' thousands of homes go to a registry of this run, not root's.
 if "LMD_TEST_STATE" not in os.environ:
@@ -38,6 +30,14 @@ if "LMD_TEST_STATE" not in os.environ:
 from tests.daemons import IN_PROCESS, LiveDaemon, bwrap_reason, configure, probed_on
 from tests.fake_backend import FakeBackend
 from tests.warm_lmd import interpreter_env, put_back_interpreter_env
+
+# Property tests must hold on a busy machine too: no per-example deadline and no "too slow"
+# health check (both measure time, which load stretches); each test's own @settings keeps
+# its other choices.
+hypothesis_settings.register_profile(
+    "lmd", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+hypothesis_settings.load_profile("lmd")
 
 _INTERPRETER_ENV = interpreter_env(os.environ)  # what this worker's warm processes start with
 
