@@ -47,8 +47,9 @@ run: $(STAMP)
 # Three workers on two cores: the suite is mostly CPU-bound, but each worker also waits (on a
 # timeout, a lock, the model server); a third fills those waits (measured back to back on the
 # same code: 3 workers 327-328 s, 2 workers 339 s; 4 workers ran longer). Files stay whole on
-# one worker (--dist loadfile), so a module's shared daemon or Ray session starts once.
-PYTEST_FLAGS ?= -n 3 --dist loadfile
+# one worker (--dist loadgroup, a group per file: tests/scheduling.py), so a module's shared
+# daemon or Ray session starts once.
+PYTEST_FLAGS ?= -n 3 --dist loadgroup
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)

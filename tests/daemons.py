@@ -164,10 +164,10 @@ def warm_serve():
         import shutil
         import tempfile
 
-        from tests.warm_lmd import PRELOAD_SERVE, WarmLmd
+        from tests.warm_lmd import WarmLmd
 
         directory = Path(tempfile.mkdtemp(prefix="lmd-serve-warm-"))
-        warm = WarmLmd(directory, dict(os.environ), preload=PRELOAD_SERVE).start()
+        warm = WarmLmd(directory, dict(os.environ), profile="tests.warm_lmd:SERVE").start()
         _WARM_SERVE[:] = [warm]
         atexit.register(shutil.rmtree, directory, True)
         atexit.register(warm.stop)

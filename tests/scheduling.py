@@ -1,5 +1,12 @@
-"""How `make test` hands test files to its xdist workers: pytest-xdist's `--dist loadfile`
-(a file's tests on one worker, files with the most tests first), with two changes.
+"""How `make test` hands test files to its xdist workers: pytest-xdist's `--dist loadgroup`
+scheduler (a group's tests on one worker, the groups with the most tests first), each test in
+the group of its file (as `--dist loadfile` would), with two groups larger than a file.
+
+The groups are given to the scheduler through its public interface: the collection a worker
+reports is handed on with each test id ending in `@group`, as pytest-xdist's own
+`xdist_group` marks would make it (those no longer reach the ids under pytest 9.2, which keeps
+a node's id apart from the attribute xdist sets). The scheduler sends tests by index, so the
+workers run the tests they collected, under their own ids.
 
 The real-model tier's files (those with a test or fixture that takes the `real_model` or
 `small_model` fixture) go to one worker as one unit: every worker that ran one of them
@@ -18,7 +25,7 @@ import ast
 from functools import cache
 from pathlib import Path
 
-from xdist.scheduler import LoadFileScheduling
+from xdist.scheduler import LoadGroupScheduling
 
 REAL_MODEL_TIER = "the real-model tier"
 MODEL_FIXTURES = {"real_model", "small_model"}
@@ -62,11 +69,22 @@ def uses_local_model(path: Path) -> bool:
     )
 
 
-class Scheduling(LoadFileScheduling):
-    """loadfile, with the real-model tier as one unit and the local-model files as another."""
+def group_of(path: Path, root: Path) -> str:
+    """The xdist group of a test collected from `path`: its file (relative to `root`), or one
+    of the two units."""
+    if uses_real_model(path):
+        return REAL_MODEL_TIER
+    if uses_local_model(path):
+        return LOCAL_MODEL_FILES
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
-    def _split_scope(self, nodeid: str) -> str:
-        path = super()._split_scope(nodeid)
-        if uses_real_model(self.config.rootpath / path):
-            return REAL_MODEL_TIER
-        return LOCAL_MODEL_FILES if uses_local_model(self.config.rootpath / path) else path
+
+class Scheduling(LoadGroupScheduling):
+    """loadgroup, with every test in its group (group_of) whatever its marks say."""
+
+    def add_node_collection(self, node, collection) -> None:  # noqa: ANN001 (xdist's types)
+        root = self.config.rootpath
+        grouped = [
+            f"{nodeid}@{group_of(root / nodeid.split('::')[0], root)}" for nodeid in collection
+        ]
+        super().add_node_collection(node, grouped)

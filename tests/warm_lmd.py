@@ -25,17 +25,9 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.forkserver import Profile
 
-CLIENT = """\
-import json, os, socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect({socket_path!r})
-request = json.dumps({{"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}})
-socket.send_fds(s, [request.encode()], [0, 1, 2])
-code = s.recv(16)
-sys.exit(int(code) if code else 70)
-"""
+ROOT = Path(__file__).resolve().parent.parent
 
 # A daemon (and a command that counts tokens) asks tiktoken for its encoding; with no network
 # (these machines) tiktoken imports requests to download it, fails, and lmd estimates: some 0.1
@@ -43,190 +35,109 @@ sys.exit(int(code) if code else 70)
 # imports are done once, here (in both preloads). numpy likewise: lmd's store keeps it out of
 # sqlite-utils, and the Elo commands and routes import it when they need it.
 
-# What a warm process imports before it forks: for the docs' examples, lmd's own imports and
-# every plugin's commands resolved (as a command's first use resolves them); for a daemon, what
-# `lmd serve` imports, plugins left to the child (their set follows the child's environment).
-PRELOAD_COMMANDS = """\
-import daemon.cli, daemon.store, daemon.core, openai  # noqa: E401,F401
-import requests, tiktoken, tiktoken.load, tiktoken_ext.openai_public  # noqa
-import numpy  # noqa: the Elo ratings' arrays (lmd imports it where it needs it)
-from daemon.lazy import resolve
 
-daemon.cli.cli._load_plugins()
-for name in list(daemon.cli.cli.commands):
-    resolve(daemon.cli.cli, name)
-"""
-PRELOAD_SERVE = """\
-import daemon.cli, daemon.store, daemon.core, daemon.http.app, daemon.http.server  # noqa
-import hypercorn.asyncio, openai, httpx2, concurrent.futures.thread  # noqa
-import openai.resources.chat.completions.completions, openai.resources.completions  # noqa
-import daemon.execution.bash, plugins.marat.loop, plugins.cobol.mode, plugins.elo.store  # noqa
-import tree_sitter, tree_sitter_bash  # noqa: the bash reader, on a command's first question
-import mcp, mcp.client.stdio, mcp.client.streamable_http  # noqa: what marat's MCP tools import
-import daemon.backends.embedded  # noqa: F401
-import requests, tiktoken, tiktoken.load, tiktoken_ext.openai_public  # noqa
-import numpy  # noqa: the Elo ratings' arrays (lmd imports it where it needs it)
-from daemon.backends.http_pools import ssl_context
-
-ssl_context()  # the CA certificates, loaded once (~0.1 CPU-s) rather than in every daemon
-"""
-
-SERVER = """\
-import json, os, selectors, signal, socket, sys, traceback
-
-if sys.path[0] == "":  # python -c: the directory it started in, not each child's
-    sys.path[0] = os.getcwd()
-{preload}
-listener = socket.socket(socket.AF_UNIX)
-listener.bind(sys.argv[1])
-listener.listen(64)
-# Children are reaped as they end; a detached one's caller hears its exit status (as
-# Popen.wait would give it) on the connection that started it.
-wake_r, wake_w = os.pipe()
-os.set_blocking(wake_r, False)
-os.set_blocking(wake_w, False)
-signal.set_wakeup_fd(wake_w)
-signal.signal(signal.SIGCHLD, lambda *_: None)
-detached = {{}}
+def _preload_shared() -> None:
+    import numpy  # noqa: F401  the Elo ratings' arrays (lmd imports it where it needs it)
+    import requests  # noqa: F401
+    import tiktoken  # noqa: F401
+    import tiktoken.load  # noqa: F401
+    import tiktoken_ext.openai_public  # noqa: F401
 
 
-def reap():
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        conn = detached.pop(pid, None)
-        if conn is not None:
-            try:
-                conn.sendall(f"{{os.waitstatus_to_exitcode(status)}}\\n".encode())
-            except OSError:
-                pass  # its caller stopped listening
-            conn.close()
+def preload_commands() -> None:
+    """For the docs' examples: lmd's own imports, every plugin's commands resolved (as a
+    command's first use resolves them)."""
+    import openai  # noqa: F401
+
+    import daemon.cli
+    import daemon.core  # noqa: F401
+    import daemon.store  # noqa: F401
+    from daemon.lazy import resolve
+
+    _preload_shared()
+    daemon.cli.cli._load_plugins()
+    for name in list(daemon.cli.cli.commands):
+        resolve(daemon.cli.cli, name)
 
 
-selector = selectors.DefaultSelector()
-selector.register(listener, selectors.EVENT_READ)
-selector.register(wake_r, selectors.EVENT_READ)
-# Its stdin is a pipe its starter never writes: at its end the starter is gone (a worker that
-# crashed runs no atexit), and the warm process ends with every child in its process group.
-selector.register(0, selectors.EVENT_READ)
-print("ready", flush=True)
-while True:
-    events = selector.select()
-    if any(key.fileobj == wake_r for key, _ in events):
-        while True:
-            try:
-                if not os.read(wake_r, 512):
-                    break
-            except BlockingIOError:
-                break
-        reap()
-    if any(key.fileobj == 0 for key, _ in events) and not os.read(0, 512):
-        os.killpg(0, signal.SIGKILL)
-    if not any(key.fileobj is listener for key, _ in events):
-        continue
-    conn, _ = listener.accept()
-    message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
-    request = json.loads(message)
-    pid = os.fork()
-    if pid:  # the parent: back to accepting, its copies closed
-        for fd in fds:
-            os.close(fd)
-        if request.get("detach"):  # a long-running command (lmd serve): its pid first
-            try:
-                conn.sendall(f"{{pid}}\\n".encode())
-            except OSError:
-                pass
-            detached[pid] = conn
-        else:
-            conn.close()
-        reap()
-        continue
-    # the child: none of the warm process's own descriptors or handlers
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    selector.close()
-    os.close(wake_r)
-    os.close(wake_w)
-    listener.close()
-    # a subclass's setup, while 0, 1 and 2 are still taken: a descriptor it opens lands above
-    {child_setup}
-    os.close(0)  # the starter's pipe: replaced by the request's stdin below
-    for other in detached.values():
-        other.close()
-    if request.get("detach"):
-        conn.close()
-        conn = None
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-        os.close(fd)
-    os.environ.clear()
-    os.environ.update(request["env"])
-    sys.path[1:1] = request.get("path_first", [])  # a longer PYTHONPATH's own entries
-    os.chdir(request["cwd"])
-    sys.argv = [{argv0}, *request["argv"]]
-    code = 0
-    try:
-        {main}
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if not isinstance(e.code, int | None):
-            print(e.code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except OSError:
-            pass
-    if conn is not None:
-        try:
-            conn.sendall(str(code).encode())
-        except OSError:
-            pass
-        os._exit(0)
-    os._exit(code)
-"""
+def preload_serve() -> None:
+    """For a daemon: what `lmd serve` and a first turn import; plugins are left to the child
+    (their set follows the child's environment)."""
+    import concurrent.futures.thread  # noqa: F401
+
+    import httpx2  # noqa: F401
+    import hypercorn.asyncio  # noqa: F401
+    import mcp  # noqa: F401  what marat's MCP tools import
+    import mcp.client.stdio  # noqa: F401
+    import mcp.client.streamable_http  # noqa: F401
+    import openai  # noqa: F401
+    import openai.resources.chat.completions.completions  # noqa: F401
+    import openai.resources.completions  # noqa: F401
+    import tree_sitter  # noqa: F401  the bash reader, on a command's first question
+    import tree_sitter_bash  # noqa: F401
+
+    import daemon.backends.embedded  # noqa: F401
+    import daemon.cli  # noqa: F401
+    import daemon.core  # noqa: F401
+    import daemon.execution.bash  # noqa: F401
+    import daemon.http.app  # noqa: F401
+    import daemon.http.server  # noqa: F401
+    import daemon.store  # noqa: F401
+    import plugins.cobol.mode  # noqa: F401
+    import plugins.elo.store  # noqa: F401
+    import plugins.marat.loop  # noqa: F401
+    from daemon.backends.http_pools import ssl_context
+
+    _preload_shared()
+    ssl_context()  # the CA certificates, loaded once (~0.1 CPU-s) rather than in every daemon
+
+
+def run_lmd() -> None:
+    import daemon.cli
+
+    daemon.cli.main()
+
+
+COMMANDS = Profile(preload=preload_commands, main=run_lmd, argv0=lambda: "lmd")
+SERVE = Profile(preload=preload_serve, main=run_lmd, argv0=lambda: "lmd")
 
 
 class WarmLmd:
-    """The warm process of one page (its environment as the page's `lmd` would have it).
-
-    Subclasses fork another program the same way: they name its client (the command on
-    disk), the argv[0] and the call its children run, and code each child runs first, with
-    `conn` (its starter's connection) at hand."""
-
-    client_name = "lmd"
-    client_source = CLIENT
-    argv0 = '"lmd"'
-    main = "daemon.cli.main()"
-    child_setup = "pass"
+    """A fork server (tests/forkserver.py) of one page or worker, with the environment the
+    page's `lmd` would have, and the command on disk that starts its program
+    (tests/warm_client.py). `profile` names what it imports and runs; `client` is "client"
+    (wait for the exit code) or "launcher" (stand for a detached program)."""
 
     def __init__(
-        self, directory: Path, env: dict[str, str], preload: str = PRELOAD_COMMANDS
+        self,
+        directory: Path,
+        env: dict[str, str],
+        profile: str = "tests.warm_lmd:COMMANDS",
+        name: str = "lmd",
+        client: str = "client",
+        profile_path: tuple[Path, ...] = (),
     ) -> None:
         self.directory = directory
         self.env = env
-        self.preload = preload
+        self.profile = profile
         self.bin = directory / "bin"
+        self.client = self.bin / name
+        self.client_call = client
         self.socket_path = directory / "lmd.sock"
+        self.profile_path = profile_path
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 10.0) -> WarmLmd:
         self.bin.mkdir(parents=True, exist_ok=True)
-        client = self.client = self.bin / self.client_name
-        client.write_text(
-            f"#!{sys.executable} -S\n"
-            + self.client_source.format(socket_path=str(self.socket_path))
-        )
-        client.chmod(0o755)
+        source = (ROOT / "tests" / "warm_client.py").read_text()
+        self.client.write_text(f"#!{sys.executable} -S\n{source}\n{self.client_call}()\n")
+        self.client.chmod(0o755)
         self.socket_path.unlink(missing_ok=True)  # a warm process stopped before this one
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", self.server_source(), str(self.socket_path)],
+            [
+                *(sys.executable, "-m", "tests.forkserver", str(self.socket_path)),
+                *(self.profile, *map(str, self.profile_path)),
+            ],
             env=self.env,
             cwd=ROOT,
             stdin=subprocess.PIPE,  # never written: its end tells the warm process to end
@@ -243,11 +154,6 @@ class WarmLmd:
             self.stop()
             raise RuntimeError(f"the warm lmd did not start:\n{line}")
         return self
-
-    def server_source(self) -> str:
-        return SERVER.format(
-            preload=self.preload, argv0=self.argv0, main=self.main, child_setup=self.child_setup
-        )
 
     def spawn(self, argv: list[str], env: dict[str, str], cwd: Path, output: int) -> int:
         """Start `lmd ARGV` (e.g. serve) in the background, its stdout and stderr to the file

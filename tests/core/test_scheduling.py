@@ -7,7 +7,13 @@ import os
 from pathlib import Path
 
 from tests.daemons import ROOT
-from tests.scheduling import uses_local_model, uses_real_model
+from tests.scheduling import (
+    LOCAL_MODEL_FILES,
+    REAL_MODEL_TIER,
+    group_of,
+    uses_local_model,
+    uses_real_model,
+)
 from tests.warm_lmd import WarmLmd, interpreter_env, put_back_interpreter_env
 
 
@@ -65,6 +71,64 @@ def test_the_local_model_files_are_those_that_import_torch():
     } <= local
     assert not any(uses_real_model(ROOT / p) for p in local)  # one unit each, never both
     assert "tests/plugins/selectit/test_selectit.py" not in local
+
+
+def test_each_test_is_in_its_files_group_but_the_two_units():
+    tests = ROOT / "tests"
+    assert group_of(tests / "core" / "test_app.py", ROOT) == "tests/core/test_app.py"
+    assert group_of(tests / "core" / "test_real_backend.py", ROOT) == REAL_MODEL_TIER
+    assert group_of(tests / "plugins" / "selectit" / "test_ray.py", ROOT) == LOCAL_MODEL_FILES
+
+
+CONFTEST = """\
+import json, os, sys
+import pytest
+sys.path.insert(0, {root!r})
+from tests.scheduling import Scheduling
+
+def pytest_xdist_make_scheduler(config, log):
+    return Scheduling(config, log)
+
+@pytest.fixture
+def real_model():
+    return None
+
+@pytest.fixture(autouse=True)
+def _note(request):
+    with open("ran.jsonl", "a") as f:
+        f.write(json.dumps([request.node.nodeid, os.environ["PYTEST_XDIST_WORKER"]]) + "\\n")
+"""
+
+
+def test_two_workers_run_each_group_on_one(tmp_path: Path):
+    """A small project scheduled as make test schedules lmd's: the two files that take the
+    real model run on one worker, each other file's tests together."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "conftest.py").write_text(CONFTEST.format(root=str(ROOT)))
+    tier = (
+        "import pytest\n@pytest.mark.parametrize('i', range(4))\ndef test_x(real_model, i): ...\n"
+    )
+    plain = "import pytest\n@pytest.mark.parametrize('i', range(6))\ndef test_y(i): ...\n"
+    for name, text in [("a", tier), ("b", tier), ("c", plain), ("d", plain)]:
+        (tmp_path / f"test_{name}.py").write_text(text)
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "xdist.plugin", "-n", "2", "--dist", "loadgroup",
+         "-q", "-p", "no:cacheprovider", "-c", "/dev/null", "--rootdir", str(tmp_path),
+         str(tmp_path)],
+        cwd=tmp_path, capture_output=True, text=True,
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},  # only xdist: 3 starts
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    rows = [json.loads(line) for line in (tmp_path / "ran.jsonl").read_text().splitlines()]
+    assert len(rows) == 20
+    workers: dict[str, set[str]] = {}
+    for nodeid, worker in rows:
+        unit = "tier" if nodeid.startswith(("test_a.py", "test_b.py")) else nodeid.split("::")[0]
+        workers.setdefault(unit, set()).add(worker)
+    assert all(len(w) == 1 for w in workers.values()), workers
 
 
 def test_a_changed_interpreter_variable_is_named_and_put_back(monkeypatch):

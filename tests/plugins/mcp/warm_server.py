@@ -3,7 +3,7 @@ paying the SDK's imports each time (some 1.3 CPU-seconds; a run starts a dozen a
 
 A warm process (tests/warm_lmd.py's, running this server instead of lmd) imports
 mcp_test_server, and so the `mcp` SDK, once and forks a child for each start. The command the
-daemon runs is a small launcher (Python without site, stdlib only): it hands the warm process
+daemon runs is a small launcher (tests/warm_client.py's launcher()): it hands the warm process
 its arguments, environment, working directory and stdin/stdout/stderr (SCM_RIGHTS), then
 stands for the server as the daemon sees it: a signal sent to it (the daemon's SIGTERM to the
 server's process group) goes on to the server, and it ends as the server ended (its exit code,
@@ -19,50 +19,25 @@ the pipes the daemon made.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import socket
+import sys
+import threading
 from pathlib import Path
 
-from tests.warm_lmd import PRELOAD_COMMANDS, WarmLmd
+from tests.forkserver import Profile
+from tests.warm_lmd import WarmLmd, preload_commands, run_lmd
 
 HERE = Path(__file__).resolve().parent
 
-LAUNCHER = """\
-import json, os, signal, socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect({socket_path!r})
-request = {{"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd(), "detach": True}}
-socket.send_fds(s, [json.dumps(request).encode()], [0, 1, 2])
-null = os.open(os.devnull, os.O_RDWR)
-os.dup2(null, 0)  # the server has them now: the daemon sees their ends as the server's
-os.dup2(null, 1)
-f = s.makefile("rb")
-pid = int(f.readline())
-def forward(sig, frame):
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-    signal.signal(sig, forward)
-line = f.readline()
-code = int(line) if line.strip() else 70
-if code < 0:  # the server was killed by a signal: so is its stand-in
-    signal.signal(-code, signal.SIG_DFL)
-    os.kill(os.getpid(), -code)
-sys.exit(code)
-"""
 
-WATCH = """\
-import fcntl
-import threading
-
-
-def watch_launcher(conn):
-    # the launcher's end closes when it is killed outright: so ends the server. The copy
-    # takes a descriptor above 2: 0, 1 and 2 are about to become the launcher's pipes.
+def watch_launcher(conn: socket.socket) -> None:
+    """The launcher's end closes when it is killed outright: so ends the server. The copy takes
+    a descriptor above 2: 0, 1 and 2 are about to become the launcher's pipes."""
     watch = socket.socket(fileno=fcntl.fcntl(conn.fileno(), fcntl.F_DUPFD_CLOEXEC, 3))
 
-    def gone():
+    def gone() -> None:
         try:
             while watch.recv(64):
                 pass
@@ -71,37 +46,55 @@ def watch_launcher(conn):
         os._exit(1)
 
     threading.Thread(target=gone, daemon=True).start()
-"""
-PRELOAD = (
-    WATCH
-    + f"""
-sys.path.insert(0, {str(HERE)!r})
-import mcp_test_server  # noqa: the SDK and the server's module, once
-"""
+
+
+def _test_server():
+    sys.path.insert(0, str(HERE))
+    import mcp_test_server  # the SDK and the server's module, once
+
+    return mcp_test_server
+
+
+def _preload_lmd_mcp_serve() -> None:
+    preload_commands()
+    import plugins.mcp.server  # noqa: F401
+
+
+MCP_TEST_SERVER = Profile(
+    preload=_test_server,
+    main=lambda: _test_server().main(),
+    argv0=lambda: _test_server().__file__,
+    child_setup=watch_launcher,
+)
+LMD_MCP_SERVE = Profile(
+    preload=_preload_lmd_mcp_serve, main=run_lmd, argv0=lambda: "lmd", child_setup=watch_launcher
 )
 
 
 class WarmMcpServer(WarmLmd):
     """A warm process forking the test MCP server, and the launcher that asks it for one."""
 
-    client_name = "mcp-test-server"
-    client_source = LAUNCHER
-    argv0 = "mcp_test_server.__file__"
-    main = "mcp_test_server.main()"
-    child_setup = "watch_launcher(conn)"
-
     def __init__(self, directory: Path) -> None:
-        super().__init__(directory, dict(os.environ), preload=PRELOAD)
+        super().__init__(
+            directory,
+            dict(os.environ),
+            profile="warm_server:MCP_TEST_SERVER",  # this directory has no __init__.py
+            name="mcp-test-server",
+            client="launcher",
+            profile_path=(HERE,),
+        )
 
 
 class WarmLmdMcpServe(WarmLmd):
     """`lmd` forked warm for `lmd mcp serve` over stdio, as an MCP client starts it (lmd's and the
-    SDK's imports once, not some 2 CPU-seconds a start), with the launcher above standing for
-    it. The command's own start, cold, is tested over HTTP (test_serve.py)."""
-
-    client_source = LAUNCHER
-    child_setup = "watch_launcher(conn)"
+    SDK's imports once, not some 2 CPU-seconds a start), with the launcher standing for it. The
+    command's own start, cold, is tested over HTTP (test_serve.py)."""
 
     def __init__(self, directory: Path) -> None:
-        preload = PRELOAD_COMMANDS + "import plugins.mcp.server  # noqa: F401\n" + WATCH
-        super().__init__(directory, dict(os.environ), preload=preload)
+        super().__init__(
+            directory,
+            dict(os.environ),
+            profile="warm_server:LMD_MCP_SERVE",
+            client="launcher",
+            profile_path=(HERE,),
+        )
