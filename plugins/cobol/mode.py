@@ -81,7 +81,7 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
     elif intent == "undo":
         yield await undo(job)
     elif intent == "diff":
-        yield show_diff(job)
+        yield await show_diff(job)
 
 
 def _remembered_pending(ctx: Context, text: str) -> dict | None:
@@ -107,7 +107,7 @@ async def _resume(ctx: Context, pending: dict, yes: bool) -> AsyncIterator[str]:
     job = Job(ctx, await find_root(pending["repo"]))
     ctx.extra["repo"] = job.repo
     if pending["action"] == "apply":
-        patch = patches.parse(pending["patch"])
+        patch = await patches.read(job.repo, pending["patch"])
         yield await apply_and_record(job, patch)
     elif pending["action"] in ("compile", "fix"):
         asked = pending.get("inputs") or {}

@@ -61,7 +61,7 @@ def test_an_executable_bit_asks(cobol, backend):
     backend.queue(diff("tools/run.sh", "echo hi", mode="new file mode 100755\n"))
     cobol.say("cobol focus on calc.py lines 4 to 5")
     out = cobol.say("cobol add a helper script")
-    assert out["pending"] is not None and "makes an executable file" in out["reply"]
+    assert out["pending"] is not None and "makes tools/run.sh an executable file" in out["reply"]
     assert not (cobol.repo / "tools" / "run.sh").exists()
 
 
