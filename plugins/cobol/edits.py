@@ -69,7 +69,7 @@ def planting_question(job: Job, patch: patches.Patch, planted: str, before: str 
     return (
         f"{lead} change {planted}, so it needs your yes. "
         f"{describe_patch(job, patch, before=True)} The diff:\n"
-        f"{verbatim(patch.text.rstrip())}\nShall I apply it? Say yes or no."
+        f"{verbatim(patches.readable(patch.text).rstrip())}\nShall I apply it? Say yes or no."
     )
 
 
@@ -83,9 +83,9 @@ def planting(repo: str, patch: patches.Patch) -> str | None:
     for f in patch.files:
         for path in f.paths:
             why = why_protected(path, hooks)
-            if why:
-                why = why[len(path) + 1 :] if why.startswith(path) else why
-                reasons[f"touches {path}: {why}"] = None
+            if why:  # "Makefile is a file that ..." -> "touches Makefile, a file that ..."
+                why = why.removeprefix(f"{path} is ")
+                reasons[f"touches {path}, {why}"] = None
             elif _bytecode(path):
                 reasons[f"writes {path}, bytecode that Python runs instead of the source"] = None
         if f.new_mode == "120000":
@@ -223,6 +223,7 @@ async def apply_and_record(job: Job, patch: patches.Patch) -> str:
         for path in await dirty_files(job.repo, edited)
         if await patches.hand_edited(job.repo, path, [p for p in own if path in p.paths])
     ]
+    before = patches.snapshot(job.repo, patch) if patches.needs_own_undo(patch) else None
     problem = await patches.apply(job.repo, patch)
     if problem:
         first = problem.splitlines()[0]
@@ -233,7 +234,12 @@ async def apply_and_record(job: Job, patch: patches.Patch) -> str:
             detail={"git": problem},
         )
     summary = describe_patch(job, patch)
-    patch_id = patches.record(job.ctx.store, job.ctx.session.name, job.repo, patch, summary)
+    undo_text = None
+    if before is not None:
+        undo_text = await patches.effect_diff(patches.snapshot(job.repo, patch), before)
+    patch_id = patches.record(
+        job.ctx.store, job.ctx.session.name, job.repo, patch, summary, undo_text
+    )
     _follow_focus(job, patch, +1)
     job.ctx.extra["diff"] = patch.text
     job.ctx.extra.setdefault("applied", []).append(
@@ -286,7 +292,7 @@ def _describe_file(job: Job, f: patches.FileChange, before: bool) -> tuple[str, 
         )
         head = f"{head} and {made}" if head else made
     if f.binary:
-        return head, "binary"
+        return f"{head} (binary)", None
     if f.added or f.removed:
         return head, f"{plural(f.added, 'line')} added, {f.removed} removed"
     return head, None
@@ -348,7 +354,11 @@ async def undo(job: Job) -> str:
     row = rows[-1]
     patch = await patches.from_row(job.repo, row)
     await refuse_conflicts(job)
-    problem = await patches.apply(job.repo, patch, reverse=True)
+    if row.get("undo"):  # a patch git cannot reverse: apply the diff of its effect, backwards
+        back = await patches.read(job.repo, row["undo"], strip=1, compare=False)
+        problem = await patches.apply(job.repo, back)
+    else:
+        problem = await patches.apply(job.repo, patch, reverse=True)
     if problem:
         raise LmdError(
             f"I cannot undo the last change to {', '.join(patch.paths)}: those lines were "

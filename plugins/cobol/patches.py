@@ -15,6 +15,7 @@ exactly that patch, so an undo never disturbs later edits to other files or the 
 from __future__ import annotations
 
 import json
+import os
 import re
 import tempfile
 import time
@@ -104,7 +105,19 @@ def extract_diff(reply: str) -> str | None:
     if not candidates:
         return None
     text = "\n".join(c.rstrip("\n") for c in candidates)
-    return text + "\n"
+    # a binary section ends with an empty line, which git needs; a blank line after text
+    # hunks would read as a line of context
+    last = text[text.rfind("diff --git ") :]
+    return text + ("\n\n" if "\nGIT binary patch\n" in last else "\n")
+
+
+_BINARY_DATA = re.compile(r"^((?:literal|delta) (\d+))\n(?:[A-Za-z][!-~]*\n)+", re.MULTILINE)
+
+
+def readable(text: str) -> str:
+    """The diff as a person reads it: each binary section's base85 data replaced by its size
+    (the whole text stays in the JSON reply's `diff`)."""
+    return _BINARY_DATA.sub(lambda m: f"{m[1]} (binary data of {m[2]} bytes, not shown)\n", text)
 
 
 def _looks_like_diff(text: str) -> bool:
@@ -367,6 +380,59 @@ async def hand_edited(repo: str, path: str, own: list[Patch]) -> bool:
     return (current.read_text("utf-8", "replace") if current.is_file() else None) != expected
 
 
+# -- undoing what git cannot reverse -------------------------------------------------------
+def needs_own_undo(patch: Patch) -> bool:
+    """git reverses every patch but one that copies a file (its reverse reads as a copy back,
+    onto a file that exists): such a patch is undone by a diff of its own effect."""
+    return any(f.copied for f in patch.files)
+
+
+def snapshot(repo: str, patch: Patch) -> dict[str, tuple[str, bytes] | None]:
+    """The patch's paths as they are now: ("file"/"exec", bytes), ("link", target) or None."""
+    found: dict[str, tuple[str, bytes] | None] = {}
+    for rel in patch.paths:
+        path = Path(repo, rel)
+        try:
+            st = path.lstat()
+        except OSError:
+            found[rel] = None
+            continue
+        if path.is_symlink():
+            found[rel] = ("link", os.readlink(path).encode("utf-8", "surrogateescape"))
+        elif path.is_file():
+            found[rel] = ("exec" if st.st_mode & 0o100 else "file", path.read_bytes())
+        else:
+            found[rel] = None
+    return found
+
+
+async def effect_diff(before: dict, after: dict) -> str:
+    """git's diff taking snapshot `before` to `after`, written without renames or copies: a
+    patch that `git apply -p1` applies. The undo of a patch is effect_diff(after, before)."""
+    with tempfile.TemporaryDirectory(prefix="cobol-undo-") as tmp:
+        for side, state in (("a", before), ("b", after)):
+            Path(tmp, side).mkdir()
+            for rel, entry in state.items():
+                if entry is None:
+                    continue
+                target = Path(tmp, side, rel)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                kind, data = entry
+                if kind == "link":
+                    os.symlink(data.decode("utf-8", "surrogateescape"), target)
+                else:
+                    target.write_bytes(data)
+                    target.chmod(0o755 if kind == "exec" else 0o644)
+        code, out, err = await git_split(
+            tmp,
+            "diff", "--no-index", "--no-prefix", "--binary", "--full-index", "--no-renames",
+            "--no-ext-diff", "--no-textconv", "a", "b",
+        )  # fmt: skip
+    if code not in (0, 1):
+        raise LmdError(f"git could not write the undo diff: {err.decode(errors='replace')}")
+    return out.decode("utf-8", "surrogateescape")
+
+
 # -- the record of applied patches ----------------------------------------------------------
 def migrate_patches_table(db) -> None:
     db.execute(
@@ -386,12 +452,29 @@ def migrate_patches_table(db) -> None:
     db.execute(f"CREATE INDEX IF NOT EXISTS {TABLE}_session ON {TABLE} (session, repo, id)")
 
 
-def record(store, session: str, repo: str, patch: Patch, summary: str) -> int:
+def migrate_patches_undo(db) -> None:
+    """The diff that undoes a patch git cannot reverse itself (one that copies a file: git
+    reads its reverse as a copy the other way); NULL: `git apply -R` of the patch."""
+    db.execute(f"ALTER TABLE {TABLE} ADD COLUMN undo TEXT")
+
+
+def record(
+    store, session: str, repo: str, patch: Patch, summary: str, undo: str | None = None
+) -> int:
     with store.lock:
         cur = store.db.execute(
-            f"INSERT INTO {TABLE} (session, repo, files, patch, strip, summary, applied_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [session, repo, json.dumps(patch.paths), patch.text, patch.strip, summary, time.time()],
+            f"INSERT INTO {TABLE} (session, repo, files, patch, strip, summary, applied_at, undo)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                session,
+                repo,
+                json.dumps(patch.paths),
+                patch.text,
+                patch.strip,
+                summary,
+                time.time(),
+                undo,
+            ],
         )
         return cur.lastrowid
 
