@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 from daemon.api import (
@@ -209,20 +210,18 @@ async def ask_for_patch(job: Job, messages: list[dict]) -> patches.Patch:
 async def apply_and_record(job: Job, patch: patches.Patch) -> str:
     """Apply a checked patch, record it for undo, and say what changed."""
     await refuse_conflicts(job)
-    own = [
-        await patches.from_row(job.repo, r)
-        for r in patches.applied(job.ctx.store, job.ctx.session.name, job.repo)
-    ]
     edited = [
         f.path
         for f in patch.files
         if not (f.binary or f.created or f.deleted or f.renamed or f.copied)
     ]
-    kept = [
-        path
-        for path in await dirty_files(job.repo, edited)
-        if await patches.hand_edited(job.repo, path, [p for p in own if path in p.paths])
-    ]
+    kept = []
+    rows = patches.applied(job.ctx.store, job.ctx.session.name, job.repo)
+    for path in await dirty_files(job.repo, edited):
+        # our own earlier patches of that file (git reads only those), to tell them from yours
+        own = [await patches.from_row(job.repo, r) for r in rows if path in json.loads(r["files"])]
+        if await patches.hand_edited(job.repo, path, own):
+            kept.append(path)
     before = patches.snapshot(job.repo, patch) if patches.needs_own_undo(patch) else None
     problem = await patches.apply(job.repo, patch)
     if problem:
