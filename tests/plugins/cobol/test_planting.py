@@ -175,3 +175,15 @@ def test_cobol_works_only_in_a_repository_the_user_gave_or_said_yes_to(
     backend.queue(action(f"cd {tmp_path}"), final("Moved."))
     say("marat go up")
     assert say("cobol what is the focus", mine)["pending"] is None
+
+
+def test_a_symbolic_link_asks(cobol, backend):
+    backend.queue(
+        "```diff\ndiff --git a/notes b/notes\nnew file mode 120000\n--- /dev/null\n+++ b/notes\n"
+        "@@ -0,0 +1 @@\n+/root/.ssh/id_rsa\n\\ No newline at end of file\n```\n"
+    )
+    cobol.say("cobol focus on calc.py lines 4 to 5")
+    out = cobol.say("cobol add a note")
+    assert out["pending"] is not None and "makes notes a symbolic link" in out["reply"]
+    assert "created notes, a symbolic link," in out["reply"]
+    assert not (cobol.repo / "notes").is_symlink()

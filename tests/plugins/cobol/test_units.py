@@ -269,3 +269,24 @@ def test_yes_or_no():
     assert yes_or_no("Yes.") is True and yes_or_no("go ahead") is True
     assert yes_or_no("No!") is False and yes_or_no("cancel") is False
     assert yes_or_no("focus on a.py") is None
+
+
+def test_git_names_what_the_text_hides(tmp_path):
+    """What git lists, not what the text seems to say: a file name with a newline (C-quoted in
+    the header) is refused; a symbolic link and an executable bit come from git's modes."""
+    repo = make_repo(tmp_path / "r")
+    hidden = (
+        'diff --git "a/x\\ny" "b/x\\ny"\nnew file mode 100644\n--- /dev/null\n'
+        '+++ "b/x\\ny"\n@@ -0,0 +1 @@\n+z\n'
+    )
+    with pytest.raises(LmdError, match="control character"):
+        read(repo, hidden)
+    link = (
+        "diff --git a/l b/l\nnew file mode 120000\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n"
+        "+/etc/passwd\n\\ No newline at end of file\n"
+    )
+    (f,) = read(repo, link).files
+    assert (f.path, f.created, f.new_mode) == ("l", True, "120000")
+    mode = "diff --git a/calc.py b/calc.py\nold mode 100644\nnew mode 100755\n"
+    (f,) = read(repo, mode).files
+    assert (f.old_mode, f.new_mode, f.added, f.removed) == ("100644", "100755", 0, 0)
