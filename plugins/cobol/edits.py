@@ -168,10 +168,12 @@ async def ask_for_patch(job: Job, messages: list[dict]) -> patches.Patch:
         else:
             try:
                 patch = await patches.read(job.repo, diff)  # what git reads in it, not lmd
+            except patches.Unreadable as e:
+                problem = e.message  # git's complaint: the model may do better with it
             except LmdError as e:
                 if e.status >= 500:
                     raise
-                problem, refusal = e.message, e
+                problem, refusal = e.message, e  # what lmd refuses, whatever the retry
             else:
                 refused = patches.bad_path(job.repo, patch)
                 problem = await patches.check(job.repo, patch) or ""
@@ -193,9 +195,9 @@ async def ask_for_patch(job: Job, messages: list[dict]) -> patches.Patch:
             status=422,
             detail={"git": problem},
         )
-    if refusal is not None and refusal.message != patches.NO_HEADERS:
+    if refusal is not None:
         raise LmdError(
-            f"The model's change was refused: {refusal.message[0].lower()}{refusal.message[1:]}",
+            f"I refused the model's change and changed nothing: {refusal.message}.",
             status=422,
             detail={"git": problem, **(refusal.detail or {})},
         )

@@ -35,6 +35,10 @@ TABLE = "cobol_patches"
 NO_HEADERS = "The answer had no file headers (--- a/file, +++ b/file), so it is not a usable diff."
 
 
+class Unreadable(LmdError):
+    """git could not read the diff (its own complaint): the model may try again."""
+
+
 @dataclass
 class FileChange:
     """One file of a patch as git reads it."""
@@ -254,27 +258,26 @@ def _read_summary(files: list[FileChange], lines: list[str]) -> bool:
 
 
 async def read(repo: str, text: str, strip: int | None = None, compare: bool = True) -> Patch:
-    """The patch as git reads it (see the module docstring); LmdError with one sentence when
-    git cannot read it, names a file with a control character, or (`compare`) reads its text
-    hunks differently from lmd. `strip`: the -p level, when recorded; else lmd decides it."""
+    """The patch as git reads it (see the module docstring). Unreadable (git's complaint) when
+    git cannot read it; LmdError with what is wrong, in words, when it names a file with a
+    control character or (`compare`) git reads its text hunks differently from lmd.
+    `strip`: the -p level, when recorded; else lmd decides it."""
     reading = read_text(text)
     if strip is not None:
         reading.strip = strip
     out, rev, problem = await _git_reads(repo, text, reading.strip)
     if problem:
-        raise LmdError(NO_HEADERS if "No valid patches" in problem else problem, status=422)
+        raise Unreadable(NO_HEADERS if "No valid patches" in problem else problem, status=422)
     numstat, _, summary = out.rpartition(b"\0")
     forward, backward = _numstat(numstat + b"\0"), _numstat(rev)[::-1]  # -R reverses the order
     if len(forward) != len(backward):
-        raise LmdError("git read the diff two ways; I refused it and changed nothing.", status=422)
+        raise LmdError("git read the diff differently forwards and backwards", status=422)
     files = []
     for (added, removed, path), (_, _, old) in zip(forward, backward, strict=True):
         for name in (path, old):
             if _CONTROL.search(name):
                 raise LmdError(
-                    f"The change names a file with a control character ({name!r}); I refused "
-                    "it and changed nothing.",
-                    status=422,
+                    f"the change names a file with a control character ({name!r})", status=422
                 )
         binary = added == "-"
         files.append(
@@ -287,7 +290,7 @@ async def read(repo: str, text: str, strip: int | None = None, compare: bool = T
             )
         )
     if not _read_summary(files, summary.decode("utf-8", "surrogateescape").splitlines()):
-        raise LmdError("git's summary of the diff did not add up; I changed nothing.", status=422)
+        raise LmdError("git's summary of the diff named changes its file list did not", status=422)
     if compare:
         _compare(reading, files)
     for f in files:
@@ -313,8 +316,7 @@ def _compare(reading: Reading, files: list[FileChange]) -> None:
     )
     shown = ", ".join(differ[:4])
     raise LmdError(
-        f"git would apply this diff to other lines or files than it shows ({shown}), so I "
-        "refused it and changed nothing.",
+        f"git would apply this diff to other lines or files than it shows ({shown})",
         status=422,
         detail={"git": {p: by_git.get(p) for p in differ}, "text": reading.text_files},
     )

@@ -335,8 +335,8 @@ def test_a_name_git_reads_otherwise_than_the_text_shows_is_refused(world):
     status, out = world.say("cobol change it as case quoted says", "quoted", repo)
     assert status == 422, out
     assert out["error"] == (
-        "The model's change was refused: git would apply this diff to other lines or files than "
-        "it shows (Mak\\145file, Makefile), so I refused it and changed nothing."
+        "I refused the model's change and changed nothing: git would apply this diff to other "
+        "lines or files than it shows (Mak\\145file, Makefile)."
     )
     assert tree(repo) == before and not world.marker.exists()
 
