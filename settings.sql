@@ -126,7 +126,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('marat_command_timeout_secs
 INSERT OR IGNORE INTO settings (name, value) VALUES ('marat_start_dir', '~');
 
 -- == cobol ==
--- Repository cobol works in; empty means the session's working directory (X-Cwd). Allowed: any text. Protected.
+-- Repository cobol works in; empty means the directory sent with the request (X-Cwd), and asks before working where the session was left (e.g. by marat's cd). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('cobol_repo', '');
 -- Build/test command cobol compiles with; empty means detect it from the repository. Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('cobol_build_command', '');

@@ -33,6 +33,7 @@ def register_modes(register):
 
 @hookimpl
 def register_migrations(register):
-    from .patches import migrate_patches_table
+    from .patches import migrate_patches_table, migrate_patches_undo
 
     register("m001_patches", migrate_patches_table)
+    register("m002_patches_undo", migrate_patches_undo)

@@ -12,10 +12,10 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-from daemon.api import LmdError, protected_in, sandbox, verbatim
+from daemon.api import LmdError, protected_in, sandbox
 
 from . import build, focus, prompts
-from .edits import apply_and_record, ask_for_patch, planting
+from .edits import apply_and_record, apply_pending, ask_for_patch, planting, planting_question
 from .focus import Focus
 from .intents import plural
 from .job import Job, approval_level, ask
@@ -179,15 +179,8 @@ async def compile_and_fix(job: Job, command: str, why: str | None, policy: Any =
                 # the yes to this build did not cover a change to what builds run (a
                 # rewritten Makefile would run in the next round, unasked): stop and ask
                 job.ctx.extra["diff"] = patch.text
-                said.append(
-                    ask(
-                        job.ctx,
-                        f"In round {rounds} the model's change {planted}, so it needs your "
-                        f"yes. The diff:\n{verbatim(patch.text.rstrip())}\nShall I apply it? "
-                        "Say yes or no.",
-                        {"action": "apply", "repo": job.repo, "patch": patch.text},
-                    )
-                )
+                question = planting_question(job, patch, planted, f"In round {rounds}, ")
+                said.append(ask(job.ctx, question, apply_pending(job, patch)))
                 return " ".join(x for x in said if x)
             summary = await apply_and_record(job, patch)
         except LmdError as e:

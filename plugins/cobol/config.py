@@ -9,7 +9,8 @@ SETTINGS = (
         "cobol_repo",
         "",
         "str",
-        "Repository cobol works in; empty means the session's working directory (X-Cwd).",
+        "Repository cobol works in; empty means the directory sent with the request (X-Cwd), "
+        "and asks before working where the session was left (e.g. by marat's cd).",
         protected=True,  # a directory whose files cobol changes: CLI or token only
     ),
     Setting(

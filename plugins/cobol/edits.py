@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 from daemon.api import (
@@ -44,43 +45,62 @@ async def edit(job: Job, text: str) -> AsyncIterator[str]:
     planted = planting(job.repo, patch)
     if planted:
         # an edit that would run later on its own is never applied without a yes, whatever
-        # the approval setting: the question shows the whole diff, verbatim
+        # the approval setting: the question names every path git would touch and shows the
+        # whole diff, verbatim
         job.ctx.extra["diff"] = patch.text
-        yield ask(
-            job.ctx,
-            f"The model's change {planted}, so it needs your yes. The diff:\n"
-            f"{verbatim(patch.text.rstrip())}\nShall I apply it? Say yes or no.",
-            {"action": "apply", "repo": job.repo, "patch": patch.text},
-        )
+        yield ask(job.ctx, planting_question(job, patch, planted), apply_pending(job, patch))
         return
     if approval_level(job.ctx) == "always":
         summary = describe_patch(job, patch, before=True)
         job.ctx.extra["diff"] = patch.text
-        yield ask(
-            job.ctx,
-            f"{summary} Shall I apply it? Say yes or no.",
-            {"action": "apply", "repo": job.repo, "patch": patch.text},
-        )
+        yield ask(job.ctx, f"{summary} Shall I apply it? Say yes or no.", apply_pending(job, patch))
         return
     yield await apply_and_record(job, patch)
 
 
+def apply_pending(job: Job, patch: patches.Patch) -> dict:
+    """The question's continuation: this patch's exact text, applied on a yes."""
+    return {"action": "apply", "repo": job.repo, "patch": patch.text, "files": patch.paths}
+
+
+def planting_question(job: Job, patch: patches.Patch, planted: str, before: str = "") -> str:
+    """'The model's change touches Makefile: ..., so it needs your yes. The model proposes:
+    ... The diff: ... Shall I apply it?'"""
+    lead = f"{before}the model's" if before else "The model's"
+    return (
+        f"{lead} change {planted}, so it needs your yes. "
+        f"{describe_patch(job, patch, before=True)} The diff:\n"
+        f"{verbatim(patches.readable(patch.text).rstrip())}\nShall I apply it? Say yes or no."
+    )
+
+
 def planting(repo: str, patch: patches.Patch) -> str | None:
-    """Why a patch would plant something that runs later (a hook, a build or task file, an
-    executable bit), in words; None when it is an ordinary edit."""
+    """Why a patch would plant something that runs later, in words (None for an ordinary edit),
+    judged on every path git reads in it (rename and copy sources, deletions and binary
+    sections included): a hook, a build, task or test file, Python bytecode, an executable
+    bit, a symbolic link, or content that cannot be shown (binary)."""
     hooks = hooks_path(repo)
-    for path in [*patch.paths, *patch.renames]:
-        why = why_protected(path, hooks)
-        if why:
-            return f"touches {path}: {why[len(path) + 1 :] if why.startswith(path) else why}"
-    for line in patch.text.splitlines():
-        if line.startswith(("new mode ", "new file mode ")) and line.split()[-1] in (
-            "100755",
-            "120000",
-        ):
-            what = "a symbolic link" if line.endswith("120000") else "an executable file"
-            return f"makes {what}"
-    return None
+    reasons: dict[str, None] = {}
+    for f in patch.files:
+        for path in f.paths:
+            why = why_protected(path, hooks)
+            if why:  # "Makefile is a file that ..." -> "touches Makefile, a file that ..."
+                why = why.removeprefix(f"{path} is ")
+                reasons[f"touches {path}, {why}"] = None
+            elif _bytecode(path):
+                reasons[f"writes {path}, bytecode that Python runs instead of the source"] = None
+        if f.new_mode == "120000":
+            reasons[f"makes {f.path} a symbolic link"] = None
+        elif f.new_mode == "100755" and f.old_mode != "100755" and not f.deleted:
+            reasons[f"makes {f.path} an executable file"] = None
+        if f.binary and not f.deleted:
+            reasons[f"writes {f.path} as binary data, which I cannot show you"] = None
+    return "; it ".join(reasons) or None
+
+
+def _bytecode(path: str) -> bool:
+    parts = path.split("/")
+    return "__pycache__" in parts[:-1] or parts[-1].endswith((".pyc", ".pyo"))
 
 
 async def refuse_conflicts(job: Job) -> None:
@@ -124,6 +144,7 @@ async def ask_for_patch(job: Job, messages: list[dict]) -> patches.Patch:
         messages = with_memory(messages, memory.text)
     problem = ""
     refused = None
+    refusal: LmdError | None = None
     most = job.ctx.settings["reply_max_tokens"]
     for attempt in (1, 2):
         problem = ""
@@ -141,15 +162,23 @@ async def ask_for_patch(job: Job, messages: list[dict]) -> patches.Patch:
         else:
             reply = await job.ctx.llm.chat(messages, **({"max_tokens": most} if most else {}))
             diff = patches.extract_diff(reply)
-        refused = None
+        refused = refusal = None
         if diff is None:
             problem = problem or "The answer contained no unified diff."
         else:
-            patch = patches.parse(diff)
-            refused = patches.bad_path(job.repo, patch)
-            problem = await patches.check(job.repo, patch) or ""
-            if not problem:
-                return patch
+            try:
+                patch = await patches.read(job.repo, diff)  # what git reads in it, not lmd
+            except patches.Unreadable as e:
+                problem = e.message  # git's complaint: the model may do better with it
+            except LmdError as e:
+                if e.status >= 500:
+                    raise
+                problem, refusal = e.message, e  # what lmd refuses, whatever the retry
+            else:
+                refused = patches.bad_path(job.repo, patch)
+                problem = await patches.check(job.repo, patch) or ""
+                if not problem:
+                    return patch
         if attempt == 1:
             feedback = prompts.retry_feedback(problem)
             job.ctx.add_prompt("assistant", reply, "decorative")
@@ -166,6 +195,12 @@ async def ask_for_patch(job: Job, messages: list[dict]) -> patches.Patch:
             status=422,
             detail={"git": problem},
         )
+    if refusal is not None:
+        raise LmdError(
+            f"I refused the model's change and changed nothing: {refusal.message}.",
+            status=422,
+            detail={"git": problem, **(refusal.detail or {})},
+        )
     raise LmdError(
         "The model's change did not apply even after I showed it git's error, so I changed "
         "nothing; try rephrasing the request or focusing on a smaller range.",
@@ -177,14 +212,19 @@ async def ask_for_patch(job: Job, messages: list[dict]) -> patches.Patch:
 async def apply_and_record(job: Job, patch: patches.Patch) -> str:
     """Apply a checked patch, record it for undo, and say what changed."""
     await refuse_conflicts(job)
-    own = [
-        patches.from_row(r) for r in patches.applied(job.ctx.store, job.ctx.session.name, job.repo)
+    edited = [
+        f.path
+        for f in patch.files
+        if not (f.binary or f.created or f.deleted or f.renamed or f.copied)
     ]
-    kept = [
-        path
-        for path in await dirty_files(job.repo, patch.paths)
-        if await patches.hand_edited(job.repo, path, [p for p in own if path in p.paths])
-    ]
+    kept = []
+    rows = patches.applied(job.ctx.store, job.ctx.session.name, job.repo)
+    for path in await dirty_files(job.repo, edited):
+        # our own earlier patches of that file (git reads only those), to tell them from yours
+        own = [await patches.from_row(job.repo, r) for r in rows if path in json.loads(r["files"])]
+        if await patches.hand_edited(job.repo, path, own):
+            kept.append(path)
+    before = patches.snapshot(job.repo, patch) if patches.needs_own_undo(patch) else None
     problem = await patches.apply(job.repo, patch)
     if problem:
         first = problem.splitlines()[0]
@@ -195,7 +235,12 @@ async def apply_and_record(job: Job, patch: patches.Patch) -> str:
             detail={"git": problem},
         )
     summary = describe_patch(job, patch)
-    patch_id = patches.record(job.ctx.store, job.ctx.session.name, job.repo, patch, summary)
+    undo_text = None
+    if before is not None:
+        undo_text = await patches.effect_diff(patches.snapshot(job.repo, patch), before)
+    patch_id = patches.record(
+        job.ctx.store, job.ctx.session.name, job.repo, patch, summary, undo_text
+    )
     _follow_focus(job, patch, +1)
     job.ctx.extra["diff"] = patch.text
     job.ctx.extra.setdefault("applied", []).append(
@@ -209,7 +254,8 @@ async def apply_and_record(job: Job, patch: patches.Patch) -> str:
 
 
 def describe_patch(job: Job, patch: patches.Patch, before: bool = False) -> str:
-    """'Changed parse_header in src/parse.py: 3 lines added, 1 removed.'"""
+    """'Changed parse_header in src/parse.py: 3 lines added, 1 removed.': every file git reads
+    in the patch is named."""
     described = [_describe_file(job, f, before) for f in patch.files]
     if len(described) == 1:
         head, counts = described[0]
@@ -222,15 +268,35 @@ def describe_patch(job: Job, patch: patches.Patch, before: bool = False) -> str:
     return text[0].upper() + text[1:] + "."
 
 
+_KINDS = {"100755": "an executable file", "120000": "a symbolic link"}
+
+
 def _describe_file(job: Job, f: patches.FileChange, before: bool) -> tuple[str, str | None]:
     """(what happened to the file, the line counts) in words."""
+    kind = _KINDS.get(f.new_mode or "")
     if f.created:
-        return f"created {f.path} with {plural(f.added, 'line')}", None
+        what = "a binary file" if f.binary else kind
+        head = f"created {f.path}" + (f", {what}," if what else "")
+        return head + ("" if f.binary else f" with {plural(f.added, 'line')}"), None
     if f.deleted:
-        return f"deleted {f.path}", None
-    where = _changed_symbol(job, f, before)
-    head = f"changed {where} in {f.path}" if where else f"changed {f.path}"
-    return head, f"{plural(f.added, 'line')} added, {f.removed} removed"
+        return f"deleted {f.path}" + (", a binary file" if f.binary else ""), None
+    if f.renamed or f.copied:
+        head = f"{'renamed' if f.renamed else 'copied'} {f.old_path} to {f.path}"
+    else:
+        where = None if f.binary else _changed_symbol(job, f, before)
+        head = f"changed {where} in {f.path}" if where else f"changed {f.path}"
+        if not (f.added or f.removed or f.binary) and f.new_mode:
+            head = ""  # a mode change alone
+    if f.new_mode and f.old_mode and f.new_mode != f.old_mode:
+        made = f"made {f.path} " + (
+            "executable" if f.new_mode == "100755" else "no longer executable"
+        )
+        head = f"{head} and {made}" if head else made
+    if f.binary:
+        return f"{head} (binary)", None
+    if f.added or f.removed:
+        return head, f"{plural(f.added, 'line')} added, {f.removed} removed"
+    return head, None
 
 
 def _changed_symbol(job: Job, f: patches.FileChange, before: bool) -> str | None:
@@ -252,13 +318,19 @@ def _changed_symbol(job: Job, f: patches.FileChange, before: bool) -> str | None
 
 
 def _follow_focus(job: Job, patch: patches.Patch, direction: int) -> None:
-    """Keep the focus on the same code after its file changed."""
+    """Keep the focus on the same code after its file changed (or was renamed)."""
     current = job.focus
     if current is None:
         return
-    change = next((f for f in patch.files if f.path == current.file), None)
+    change = next((f for f in patch.files if current.file in f.paths), None)
     if change is None:
         return
+    if change.renamed:
+        before, after = (change.old_path, change.path)[::direction]
+        if current.file == before:
+            current.file = after
+    elif change.copied and current.file == change.old_path:
+        return  # a copy leaves its source as it was
     try:
         lines = job.lines(current.file)
     except LmdError:
@@ -281,9 +353,13 @@ async def undo(job: Job) -> str:
     if not rows:
         return "There is no change of mine to undo in this session."
     row = rows[-1]
-    patch = patches.from_row(row)
+    patch = await patches.from_row(job.repo, row)
     await refuse_conflicts(job)
-    problem = await patches.apply(job.repo, patch, reverse=True)
+    if row.get("undo"):  # a patch git cannot reverse: apply the diff of its effect, backwards
+        back = await patches.read(job.repo, row["undo"], strip=1, compare=False)
+        problem = await patches.apply(job.repo, back)
+    else:
+        problem = await patches.apply(job.repo, patch, reverse=True)
     if problem:
         raise LmdError(
             f"I cannot undo the last change to {', '.join(patch.paths)}: those lines were "
@@ -298,19 +374,25 @@ async def undo(job: Job) -> str:
     return "Undone: " + summary[0].lower() + summary[1:]
 
 
-def show_diff(job: Job) -> str:
+async def show_diff(job: Job) -> str:
     """The changes this session made that are still in place: a summary, then the diffs."""
     rows = patches.applied(job.ctx.store, job.ctx.session.name, job.repo)
     if not rows:
         job.ctx.extra["diff"] = ""
         return "I have not changed anything in this session."
     totals: dict[str, list[int]] = {}
+    binary: set[str] = set()
     for row in rows:
-        for f in patches.from_row(row).files:
+        for f in (await patches.from_row(job.repo, row)).files:
             counts = totals.setdefault(f.path, [0, 0])
             counts[0] += f.added
             counts[1] += f.removed
-    files = [f"{p} ({a} added, {r} removed)" for p, (a, r) in totals.items()]
+            if f.binary:
+                binary.add(f.path)
+    files = [
+        f"{p} (binary)" if p in binary and not a + r else f"{p} ({a} added, {r} removed)"
+        for p, (a, r) in totals.items()
+    ]
     listed = files[0] if len(files) == 1 else ", ".join(files[:-1]) + " and " + files[-1]
     diff = "".join(row["patch"] for row in rows)
     job.ctx.extra["diff"] = diff

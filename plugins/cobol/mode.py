@@ -53,12 +53,30 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
     if intent == "help":
         yield HELP
         return
-    job = Job(ctx, await find_root(chosen_directory(ctx.settings["cobol_repo"], ctx.session.cwd)))
+    chosen = chosen_directory(ctx.settings["cobol_repo"], ctx.session.cwd)
+    job = Job(ctx, await find_root(chosen))
     ctx.extra["repo"] = job.repo
-    if not ctx.cwd_given and not ctx.settings["cobol_repo"].strip():
-        # the directory is where the session was left (marat's last cd, an earlier request):
-        # say so, so a change never lands in a repository the user did not mean
-        yield f"(I am working in {job.repo}, where this session's last directory was.) "
+    if ctx.cwd_given or ctx.settings["cobol_repo"].strip():
+        _remember(ctx, job.repo)
+    elif job.repo not in ctx.state.get("repos", []):
+        # the directory is where the session was left (marat's last cd: the model's choice),
+        # not one the user gave: work there only after a yes to exactly that repository
+        yield ask(
+            ctx,
+            f"This session's directory is now {chosen}, where it was last left, not a "
+            f"directory you gave me. Shall I work in the repository {job.repo}? Say yes or "
+            "no. (To choose one yourself, send your directory: lmd say --cwd DIR, or set "
+            "cobol_repo.)",
+            {"action": "repo", "repo": job.repo, "text": text},
+        )
+        return
+    async for chunk in _handle(job, intent, text):
+        yield chunk
+
+
+async def _handle(job: Job, intent: str, text: str) -> AsyncIterator[str]:
+    """One request in a repository the user gave or said yes to."""
+    ctx = job.ctx
     ctx.extra["focus"] = job.focus.to_state() if job.focus else None
     if intent == "status":
         current = job.focus
@@ -81,7 +99,17 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
     elif intent == "undo":
         yield await undo(job)
     elif intent == "diff":
-        yield show_diff(job)
+        yield await show_diff(job)
+
+
+REMEMBERED_REPOS = 20  # repositories a session keeps as given or approved
+
+
+def _remember(ctx: Context, repo: str) -> None:
+    """A repository the user gave (X-Cwd, --cwd, cobol_repo) or said yes to: later requests
+    of this session may work there without naming it again."""
+    repos = [r for r in ctx.state.get("repos", []) if r != repo]
+    ctx.state["repos"] = [*repos, repo][-REMEMBERED_REPOS:]
 
 
 def _remembered_pending(ctx: Context, text: str) -> dict | None:
@@ -97,6 +125,8 @@ def _remembered_pending(ctx: Context, text: str) -> dict | None:
 def _declined(pending: dict) -> str:
     if pending.get("action") == "apply":
         return "I left the code as it was."
+    if pending.get("action") == "repo":
+        return f"I did not work in {pending.get('repo')}."
     return f"I did not run {pending.get('command', 'the build')}."
 
 
@@ -106,8 +136,12 @@ async def _resume(ctx: Context, pending: dict, yes: bool) -> AsyncIterator[str]:
         return
     job = Job(ctx, await find_root(pending["repo"]))
     ctx.extra["repo"] = job.repo
-    if pending["action"] == "apply":
-        patch = patches.parse(pending["patch"])
+    if pending["action"] == "repo":
+        _remember(ctx, job.repo)  # the user's yes to exactly this repository
+        async for chunk in _handle(job, classify(pending["text"]), pending["text"]):
+            yield chunk
+    elif pending["action"] == "apply":
+        patch = await patches.read(job.repo, pending["patch"])
         yield await apply_and_record(job, patch)
     elif pending["action"] in ("compile", "fix"):
         asked = pending.get("inputs") or {}

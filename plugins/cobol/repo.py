@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from pathlib import Path
 
 from daemon.api import LmdError
@@ -18,18 +19,20 @@ _GIT_ENV = {"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
 _SAFE_GIT = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
 
 
-async def _run_git(repo: str, args: list[str], stdin: bytes | None, env: dict) -> tuple[int, str]:
+async def _run_git(
+    repo: str, args: list[str], stdin: bytes | None, env: dict, split: bool = False
+) -> tuple[int, bytes, bytes]:
     proc = await asyncio.create_subprocess_exec(
         "git",
         *args,
         cwd=repo,
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
+        stderr=asyncio.subprocess.PIPE if split else asyncio.subprocess.STDOUT,
         env=env,
     )
-    out, _ = await proc.communicate(stdin)
-    return proc.returncode or 0, out.decode("utf-8", "replace")
+    out, err = await proc.communicate(stdin)
+    return proc.returncode or 0, out, err or b""
 
 
 async def git(repo: str, *args: str, stdin: bytes | None = None) -> tuple[int, str]:
@@ -37,10 +40,19 @@ async def git(repo: str, *args: str, stdin: bytes | None = None) -> tuple[int, s
     command, git gets an allowlisted environment (plus the user's GIT_* variables): the API
     key and the token never reach it; and no fsmonitor, hook or filter driver the repository
     configures runs (see _SAFE_GIT)."""
+    code, out, _ = await git_split(repo, *args, stdin=stdin, split=False)
+    return code, out.decode("utf-8", "replace")
+
+
+async def git_split(
+    repo: str, *args: str, stdin: bytes | None = None, split: bool = True
+) -> tuple[int, bytes, bytes]:
+    """Like git(), but (exit code, stdout, stderr) as bytes, kept apart (`split`): for output
+    lmd reads as data, which a warning on stderr must not mix into."""
     from daemon.api import command_env
 
     env = command_env(repo, _GIT_ENV, [n for n in os.environ if n.startswith("GIT_")])
-    code, names = await _run_git(
+    code, names, _ = await _run_git(
         repo,
         [*_SAFE_GIT, "config", "--null", "--name-only", "--get-regexp", r"^filter\."],
         None,
@@ -48,14 +60,15 @@ async def git(repo: str, *args: str, stdin: bytes | None = None) -> tuple[int, s
     )
     neutral: list[str] = []
     drivers = (
-        {n.rsplit(".", 1)[0] for n in names.split("\0") if n.count(".") >= 2}
+        {n.rsplit(".", 1)[0] for n in names.decode("utf-8", "replace").split("\0")
+         if n.count(".") >= 2}
         if code == 0
         else set()
-    )
+    )  # fmt: skip
     for driver in sorted(drivers):
         for key, value in (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false")):
             neutral += ["-c", f"{driver}.{key}={value}"]
-    return await _run_git(repo, [*_SAFE_GIT, *neutral, *args], stdin, env)
+    return await _run_git(repo, [*_SAFE_GIT, *neutral, *args], stdin, env, split)
 
 
 def chosen_directory(setting: str, cwd: str | None) -> str:
@@ -78,6 +91,15 @@ async def find_root(directory: str) -> str:
     """The top of the git work tree containing `directory`."""
     code, out = await git(directory, "rev-parse", "--show-toplevel")
     root = out.strip()
+    if code != 0 and "dubious ownership" in out:
+        found = re.search(r"repository at '([^']*)'", out)
+        where = found.group(1) if found else directory
+        raise LmdError(
+            f"git refuses the repository at {where}: another user owns it, so I will not work "
+            "there either. If you trust it, run: git config --global --add safe.directory "
+            f"{where}",
+            status=403,
+        )
     if code != 0 or not root:
         raise LmdError(
             f"{directory} is not a git repository; run git init there or point cobol_repo at one."

@@ -7,6 +7,7 @@ does not cover a rewritten Makefile."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -61,7 +62,7 @@ def test_an_executable_bit_asks(cobol, backend):
     backend.queue(diff("tools/run.sh", "echo hi", mode="new file mode 100755\n"))
     cobol.say("cobol focus on calc.py lines 4 to 5")
     out = cobol.say("cobol add a helper script")
-    assert out["pending"] is not None and "makes an executable file" in out["reply"]
+    assert out["pending"] is not None and "makes tools/run.sh an executable file" in out["reply"]
     assert not (cobol.repo / "tools" / "run.sh").exists()
 
 
@@ -136,21 +137,53 @@ def test_a_sandboxed_build_cannot_plant_in_nested_repositories_or_build_files(
     assert "sub/Makefile" in out["build"]["output"] and "lmd removed" in out["build"]["output"]
 
 
-def test_cobol_says_which_repository_when_the_session_chose_it(make_client, tmp_path, backend):
-    """marat's `cd` moved the session; a later cobol request without a working directory names
-    the repository it works in rather than choosing it silently."""
+def test_cobol_works_only_in_a_repository_the_user_gave_or_said_yes_to(
+    make_client, tmp_path, backend
+):
+    """marat's `cd` (the model's choice) moved the session: cobol asks before working in that
+    repository, runs nothing until the yes, and after a yes to exactly it runs the request."""
     from tests.plugins.marat.conftest import action, final
 
-    repo = make_repo(tmp_path / "elsewhere")
-    c = make_client(marat_approval="never")
-    backend.queue(action(f"cd {repo}"), final("Moved."))
-    c.post("/v1", content="marat go to the other project", headers={"X-Cwd": str(tmp_path)})
-    out = c.post("/v1", content="cobol what is the focus", headers={"Accept": "application/json"})
-    assert out.json()["reply"].startswith(f"(I am working in {repo.resolve()}, where this")
-    # with the client's own directory, nothing to say
-    out = c.post(
-        "/v1",
-        content="cobol what is the focus",
-        headers={"Accept": "application/json", "X-Cwd": str(repo)},
+    elsewhere, mine = make_repo(tmp_path / "elsewhere"), make_repo(tmp_path / "mine")
+    built = tmp_path / "built"
+    c = make_client(marat_approval="never", cobol_build_command=f"touch {built}")
+
+    def say(text: str, cwd: Path | None = None) -> dict:
+        headers = {"Accept": "application/json", "X-Session": "s"}
+        if cwd is not None:
+            headers["X-Cwd"] = str(cwd)
+        r = c.post("/v1", content=text, headers=headers)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    assert say("cobol what is the focus", mine)["reply"].startswith("Nothing is in focus")
+    assert say("cobol what is the focus")["pending"] is None  # where the user sent it
+    backend.queue(action(f"cd {elsewhere}"), final("Moved."))
+    say("marat go to the other project", tmp_path)
+    out = say("cobol compile")
+    assert out["reply"].startswith(
+        f"This session's directory is now {elsewhere}, where it was last left, not a directory "
+        f"you gave me. Shall I work in the repository {elsewhere.resolve()}?"
     )
-    assert not out.json()["reply"].startswith("(I am working in")
+    assert out["pending"]["action"] == "repo" and not built.exists()
+    assert say("no")["reply"] == f"All right. I did not work in {elsewhere.resolve()}."
+    assert say("cobol compile")["pending"]["action"] == "repo" and not built.exists()
+    out = say("yes")  # the yes to this repository runs the request asked
+    assert built.exists() and "Build passed" in out["reply"], out["reply"]
+    assert say("cobol what is the focus")["pending"] is None  # said yes to: remembered
+    # a directory sent with the request needs no question, whatever the session's
+    backend.queue(action(f"cd {tmp_path}"), final("Moved."))
+    say("marat go up")
+    assert say("cobol what is the focus", mine)["pending"] is None
+
+
+def test_a_symbolic_link_asks(cobol, backend):
+    backend.queue(
+        "```diff\ndiff --git a/notes b/notes\nnew file mode 120000\n--- /dev/null\n+++ b/notes\n"
+        "@@ -0,0 +1 @@\n+/root/.ssh/id_rsa\n\\ No newline at end of file\n```\n"
+    )
+    cobol.say("cobol focus on calc.py lines 4 to 5")
+    out = cobol.say("cobol add a note")
+    assert out["pending"] is not None and "makes notes a symbolic link" in out["reply"]
+    assert "created notes, a symbolic link," in out["reply"]
+    assert not (cobol.repo / "notes").is_symlink()

@@ -8,9 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from daemon.api import LmdError
 from plugins.cobol import build, focus, patches
 from plugins.cobol.intents import classify, yes_or_no
 
@@ -34,36 +35,46 @@ def test_extract_diff(reply, expected):
     assert patches.extract_diff(reply) == expected
 
 
-def test_parse_counts_lines_and_finds_the_strip_level():
-    p = patches.parse(
+def read(repo, text: str) -> patches.Patch:
+    return asyncio.run(patches.read(str(repo), text))
+
+
+def test_git_counts_lines_and_lmd_finds_the_strip_level(tmp_path):
+    repo = make_repo(tmp_path / "r")
+    p = read(
+        repo,
         "--- a/src/x.py\n+++ b/src/x.py\n@@ -1,3 +1,3 @@\n ctx\n-old\n+new\n+++plus\n"
-        "--- /dev/null\n+++ b/new.py\n@@ -0,0 +1,2 @@\n+one\n+two\n"
+        "diff --git a/new.py b/new.py\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/new.py\n@@ -0,0 +1,2 @@\n+one\n+two\n",
     )
     assert p.strip == 1 and p.paths == ["src/x.py", "new.py"]
     assert [(f.added, f.removed, f.created) for f in p.files] == [(2, 1, False), (2, 0, True)]
-    assert patches.parse("--- x.py\n+++ x.py\n@@ -1 +1 @@\n-a\n+b\n").strip == 0
+    assert p.files[1].new_mode == "100644" and p.files[0].first_added == "new"
+    assert patches.read_text("--- x.py\n+++ x.py\n@@ -1 +1 @@\n-a\n+b\n").strip == 0
 
 
 def test_refuse_paths(tmp_path):
     repo = make_repo(tmp_path / "r")
-    assert patches.refuse_paths(str(repo), patches.parse("just text")).startswith("The answer")
-    escape = patches.parse("--- a/../x\n+++ b/../x\n@@ -1 +1 @@\n-a\n+b\n")
+    with pytest.raises(LmdError, match="^The answer had no file headers"):
+        read(repo, "just text")
+    escape = read(repo, "--- a/../x\n+++ b/../x\n@@ -1 +1 @@\n-a\n+b\n")
     assert "outside the repository" in patches.refuse_paths(str(repo), escape)
-    absolute = patches.parse("--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n")
+    absolute = read(repo, "--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n")
     assert "outside the repository" in patches.refuse_paths(str(repo), absolute)
-    renamed = patches.parse(
+    renamed = read(
+        repo,
         "diff --git a/calc.py b/calc.py\nsimilarity index 100%\nrename from calc.py\n"
-        "rename to .git/hooks/post-checkout\n"
+        "rename to .git/hooks/post-checkout\n",
     )
     assert "inside .git" in patches.refuse_paths(str(repo), renamed)
     (repo / "link").symlink_to(tmp_path)  # a symlink out of the repository is outside too
-    linked = patches.parse("--- a/link/y\n+++ b/link/y\n@@ -1 +1 @@\n-a\n+b\n")
+    linked = read(repo, "--- a/link/y\n+++ b/link/y\n@@ -1 +1 @@\n-a\n+b\n")
     assert "outside the repository" in patches.refuse_paths(str(repo), linked)
 
 
 def test_check_apply_and_reverse_on_a_real_repo(tmp_path):
     repo = str(make_repo(tmp_path / "r"))
-    patch = patches.parse(patches.extract_diff(FIX_ADD))
+    patch = read(repo, patches.extract_diff(FIX_ADD))
 
     async def go():
         assert await patches.check(repo, patch) is None
@@ -162,8 +173,38 @@ def test_parse_focus_request(text, file, start, end, symbol):
 def test_diff_reading_never_fails(text):
     found = patches.extract_diff(text)
     assert found is None or found.endswith("\n")
-    patch = patches.parse(found or text)
-    assert patch.added >= 0 and patch.removed >= 0
+    reading = patches.read_text(found or text)
+    assert all(a >= 0 and r >= 0 for a, r in reading.text_files.values())
+
+
+_LINES = st.sampled_from(
+    ["--- a/calc.py", "+++ b/calc.py", "--- /dev/null", "+++ b/Makefile", "@@ -1 +1 @@",
+     "@@ -0,0 +1,2 @@", "diff --git a/calc.py b/Makefile", "rename from calc.py",
+     "rename to x.py", "new file mode 100755", "GIT binary patch", "literal 0", "+x", "-y",
+     " z", "", "\\ No newline at end of file", "old mode 100644", "new mode 100755"]
+)  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_LINES, max_size=14))
+def test_git_reading_gives_a_patch_or_one_sentence(tmp_path_factory, lines):
+    """Whatever the text, git's reading gives a patch or an LmdError, nothing else."""
+    repo = _fuzz_repo(tmp_path_factory)
+    try:
+        patch = read(repo, "\n".join(lines) + "\n")
+    except LmdError as e:
+        assert e.message and e.status == 422
+    else:
+        assert patch.files and all(f.path for f in patch.files)
+
+
+_FUZZ: list[Path] = []
+
+
+def _fuzz_repo(factory) -> Path:
+    if not _FUZZ:
+        _FUZZ.append(make_repo(factory.mktemp("fuzz") / "r"))
+    return _FUZZ[0]
 
 
 @given(st.text(max_size=80))
@@ -228,3 +269,24 @@ def test_yes_or_no():
     assert yes_or_no("Yes.") is True and yes_or_no("go ahead") is True
     assert yes_or_no("No!") is False and yes_or_no("cancel") is False
     assert yes_or_no("focus on a.py") is None
+
+
+def test_git_names_what_the_text_hides(tmp_path):
+    """What git lists, not what the text seems to say: a file name with a newline (C-quoted in
+    the header) is refused; a symbolic link and an executable bit come from git's modes."""
+    repo = make_repo(tmp_path / "r")
+    hidden = (
+        'diff --git "a/x\\ny" "b/x\\ny"\nnew file mode 100644\n--- /dev/null\n'
+        '+++ "b/x\\ny"\n@@ -0,0 +1 @@\n+z\n'
+    )
+    with pytest.raises(LmdError, match="control character"):
+        read(repo, hidden)
+    link = (
+        "diff --git a/l b/l\nnew file mode 120000\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n"
+        "+/etc/passwd\n\\ No newline at end of file\n"
+    )
+    (f,) = read(repo, link).files
+    assert (f.path, f.created, f.new_mode) == ("l", True, "120000")
+    mode = "diff --git a/calc.py b/calc.py\nold mode 100644\nnew mode 100755\n"
+    (f,) = read(repo, mode).files
+    assert (f.old_mode, f.new_mode, f.added, f.removed) == ("100644", "100755", 0, 0)
