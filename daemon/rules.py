@@ -98,6 +98,7 @@ class Rule:
     origin: str  # built-in | voice | cli | http
     said: str | None
     created_at: float
+    removed_at: float | None = None  # a removed rule stays, for the audit that names it
 
     @property
     def pattern(self) -> str:
@@ -129,6 +130,7 @@ class Rule:
             "origin": self.origin,
             "said": self.said,
             "created_at": self.created_at,
+            "removed_at": self.removed_at,
             "sentence": self.sentence(),
         }
 
@@ -168,6 +170,47 @@ def m005_rules(db: Any) -> None:
         )
 
 
+def m006_rule_ids(db: Any) -> None:
+    """Rule ids are never reused: an audit row's rule 15 stays the rule that let its command
+    run. The table becomes AUTOINCREMENT (its rows keep their ids) and a removed or expired
+    rule stays as a row with `removed_at`, so the audit can still name it. Ids removed before
+    this migration are skipped too: the sequence starts above the highest id any audit row
+    names."""
+    columns = (
+        "id, decision, kind, words, tool, directory, session, sandbox, origin, said, created_at"
+    )
+    db.execute(
+        """CREATE TABLE rules_new (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            decision TEXT NOT NULL,
+            kind TEXT NOT NULL DEFAULT 'command',
+            words TEXT NOT NULL DEFAULT '[]',
+            tool TEXT,
+            directory TEXT,
+            session TEXT,
+            sandbox TEXT,
+            origin TEXT NOT NULL,
+            said TEXT,
+            created_at REAL NOT NULL,
+            removed_at REAL
+        )"""
+    )
+    db.execute(f"INSERT INTO rules_new ({columns}) SELECT {columns} FROM rules")
+    db.execute("DROP TABLE rules")
+    db.execute("ALTER TABLE rules_new RENAME TO rules")
+    top = db.execute("SELECT COALESCE(MAX(id), 0) FROM rules").fetchone()[0]
+    has_audit = db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'marat_commands'"
+    ).fetchone()
+    if has_audit:
+        named = db.execute("PRAGMA table_info(marat_commands)").fetchall()
+        if any(col[1] == "rule_id" for col in named):
+            audited = db.execute("SELECT COALESCE(MAX(rule_id), 0) FROM marat_commands")
+            top = max(top, audited.fetchone()[0] or 0)
+    db.execute("DELETE FROM sqlite_sequence WHERE name IN ('rules', 'rules_new')")
+    db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('rules', ?)", [top])
+
+
 def _db(store: Any) -> Any:
     """A Store or a sqlite-utils Database: the database either way."""
     return getattr(store, "db", store)
@@ -201,6 +244,7 @@ def _rule(row: dict) -> Rule:
         origin=row["origin"],
         said=row["said"],
         created_at=row["created_at"],
+        removed_at=row.get("removed_at"),
     )
 
 
@@ -208,7 +252,7 @@ def all_rules(store: Any, session: str | None = None) -> list[Rule]:
     """Kept rules, and the session rules of `session` (of every session when None), oldest
     first; expired session rules are dropped on the way."""
     _expire(store)
-    rows = _rows(store, "SELECT * FROM rules ORDER BY id")
+    rows = _rows(store, "SELECT * FROM rules WHERE removed_at IS NULL ORDER BY id")
     found = [_rule(r) for r in rows]
     return [r for r in found if session is None or r.session in (None, session)]
 
@@ -220,7 +264,7 @@ def _expire(store: Any) -> None:
     rows = _rows(
         store,
         "SELECT r.id, r.created_at, s.last_active FROM rules r LEFT JOIN sessions s"
-        " ON s.name = r.session WHERE r.session IS NOT NULL",
+        " ON s.name = r.session WHERE r.session IS NOT NULL AND r.removed_at IS NULL",
     )
     if not rows:
         return
@@ -229,7 +273,10 @@ def _expire(store: Any) -> None:
     stale = [r["id"] for r in rows if now - max(r["created_at"], r["last_active"] or 0) >= idle]
     if stale:
         with _lock(store):
-            db.execute(f"DELETE FROM rules WHERE id IN ({','.join('?' * len(stale))})", stale)
+            db.execute(
+                f"UPDATE rules SET removed_at = ? WHERE id IN ({','.join('?' * len(stale))})",
+                [now, *stale],
+            )
 
 
 def _idle_secs(store: Any) -> float:
@@ -365,7 +412,7 @@ def add_rule(
                 and existing.sandbox == sandbox
             ):
                 return existing, False
-        count = _rows(store, "SELECT COUNT(*) AS n FROM rules")[0]["n"]
+        count = _rows(store, "SELECT COUNT(*) AS n FROM rules WHERE removed_at IS NULL")[0]["n"]
         if count >= MAX_RULES:
             raise RuleError(
                 f"There are {MAX_RULES} rules already; remove some with lmd rules remove."
@@ -390,9 +437,12 @@ def add_rule(
     return _rule(row[0]), True
 
 
-def get_rule(store: Any, rule_id: int) -> Rule | None:
+def get_rule(store: Any, rule_id: int, removed: bool = False) -> Rule | None:
+    """The rule with this id (a removed one too when `removed`: the audit names it)."""
     rows = _rows(store, "SELECT * FROM rules WHERE id = ?", [rule_id])
-    return _rule(rows[0]) if rows else None
+    if not rows or (rows[0]["removed_at"] is not None and not removed):
+        return None
+    return _rule(rows[0])
 
 
 def remove_rule(store: Any, rule_id: int) -> Rule:
@@ -401,7 +451,10 @@ def remove_rule(store: Any, rule_id: int) -> Rule:
     if found is None:
         raise RuleError(f"There is no rule {rule_id}; lmd rules list shows them.")
     with _lock(store):
-        _db(store).execute("DELETE FROM rules WHERE id = ?", [rule_id])
+        _db(store).execute(
+            "UPDATE rules SET removed_at = ? WHERE id = ? AND removed_at IS NULL",
+            [time.time(), rule_id],
+        )
     return found
 
 

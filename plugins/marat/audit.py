@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -126,13 +127,20 @@ def record_refusal(
 
 def rows(store: Any, session: str | None = None, limit: int = 20) -> list[dict]:
     """Newest `limit` executed commands (of one session or all), oldest first."""
-    where, args = ("WHERE session = ?", [session]) if session else ("", [])
+    where, args = ("WHERE c.session = ?", [session]) if session else ("", [])
+    # the rule by its id: rule ids are never reused and a removed rule keeps its row, so the
+    # pattern named here is the rule that let the command run (or refused it)
     found = store.db.execute_returning_dicts(
-        f"SELECT * FROM marat_commands {where} ORDER BY id DESC LIMIT ?", [*args, limit]
+        "SELECT c.*, r.kind AS _kind, r.words AS _words, r.tool AS _tool FROM marat_commands c"
+        f" LEFT JOIN rules r ON r.id = c.rule_id {where} ORDER BY c.id DESC LIMIT ?",
+        [*args, limit],
     )
     for r in found:
         r["timed_out"], r["truncated"] = bool(r["timed_out"]), bool(r["truncated"])
         r["sandbox_blocked"] = bool(r["sandbox_blocked"])
+        kind, words, tool = r.pop("_kind"), r.pop("_words"), r.pop("_tool")
+        if kind is not None:
+            r["rule_pattern"] = tool if kind == "tool" else shlex.join(json.loads(words or "[]"))
     return list(reversed(found))
 
 
@@ -141,7 +149,8 @@ def format_row(r: dict) -> str:
     status = "timed out" if r["timed_out"] else f"exit {r['exit_code']}"
     how = r["approval"] + (f" ({r['answer']!r})" if r["answer"] else "")
     if r.get("rule_id") is not None:
-        how = f"{r['approval']} (rule {r['rule_id']})"
+        named = f": {r['rule_pattern']}" if r.get("rule_pattern") else ""
+        how = f"{r['approval']} (rule {r['rule_id']}{named})"
     ran = "unsandboxed" if r["sandbox"] == "none" else f"sandbox {r['sandbox']}"
     if r["approval"] == "forbidden":
         status, ran = "refused", "not run"
