@@ -27,11 +27,12 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
 MAX_DEPTH = 6  # wrappers inside wrappers: deeper than this is not read (and so asks)
+MAX_STARTS = 32  # a wrapper's own options and values fit in its first words
 
 
 class Unread(ValueError):
@@ -496,6 +497,7 @@ class Run:
     moves: tuple[str, ...] = ()  # options that move it (another dir, config, program, file)
     runs: tuple[str, ...] = ()  # its own options that run a program or script
     reads: tuple[str, ...] = field(default=())  # options and words that read files
+    guess: bool = False  # a later start of a wrapper's command, read in case it is the one
 
     @property
     def program(self) -> str:
@@ -512,6 +514,19 @@ class Run:
         for run in self.inner:
             found += run.walk()
         return found
+
+    def runs_first(self) -> list[Run]:
+        """What it runs, as read (no guesses), outermost first."""
+        found = [self]
+        for run in self.inner:
+            if not run.guess:
+                found += run.runs_first()
+        return found
+
+    @property
+    def said(self) -> str:
+        """Its name for a sentence: the program, and the subcommand where it has one."""
+        return f"{self.name} {self.subcommand}" if self.subcommand else self.name
 
     @property
     def direct(self) -> bool:
@@ -765,9 +780,9 @@ def _every_start(rest: tuple[str, ...], depth: int) -> list[Run]:
     and forbid rules then hold wherever the command begins). Those are read shallowly (no
     wrapper inside them is opened), which bounds the work."""
     found = [read_words(rest, depth=depth + 1)]
-    for j in range(1, len(rest)):
+    for j in range(1, min(len(rest), MAX_STARTS)):
         if not rest[j].startswith("-"):
-            found.append(read_words(rest[j:], depth=MAX_DEPTH + 1))
+            found.append(replace(read_words(rest[j:], depth=MAX_DEPTH + 1), guess=True))
     return found
 
 

@@ -102,7 +102,8 @@ def test_asked_once_allowed_always_here_then_run_in_the_sandbox_and_kept(home, l
         made["mkdir"]["id"],
     )
     shown = lmd_history_commands(home)
-    assert f"rule (rule {made['mkdir']['id']}: mkdir)" in shown and "sandbox workspace-write" in shown
+    assert f"rule (rule {made['mkdir']['id']}: mkdir)" in shown
+    assert "sandbox workspace-write" in shown
     assert row["rule_pattern"] == "mkdir"
 
     # the sandbox still holds: a rule's command writing outside its directory is stopped,

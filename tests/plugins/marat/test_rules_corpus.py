@@ -286,6 +286,19 @@ def run_world(w: World) -> dict:
         (family, fill(command, w.values), reply)
         for (family, command), reply in zip(asked_first + refused, replies, strict=True)
     ]
+    # what lmd speaks: a long command announced with its length and what it runs, blanks
+    # that hide the rest of a line said; "what did you run?" answered from the audit
+    long = "touch " + "a" * 99_994  # not read-only: asked
+    out["long"] = w.propose("long", long)
+    w.say("no", "long")
+    out["blanks"] = w.propose("blanks", "ls" + " " * 300 + "; rm -f notes.txt")
+    w.say("no", "blanks")
+    w.propose("ran", "touch " + "b" * 200)
+    out["ran_yes"] = w.say("yes", "ran")
+    asked_before = len(w.backend.requests)
+    out["what_ran"] = w.say("marat what did you run?", "ran")
+    out["what_ran_none"] = w.say("marat what did you run?", "nothing-ran")
+    out["what_ran_calls"] = len(w.backend.requests) - asked_before
     # the plain forms still run under their rules (the rules are not just broken)
     out["plain_commit"] = w.propose("plain", "git commit --allow-empty -qm 'ruled commit'")
     out["plain_make"] = w.propose("plainmake", "make test")
@@ -294,6 +307,7 @@ def run_world(w: World) -> dict:
     out["bodies"] = json.dumps([r.body for r in w.backend.requests])
     out["proj_files"] = sorted(p.name for p in w.proj.iterdir())
     out["uid"] = os.stat(f"/proc/{w.daemon.proc.pid}").st_uid
+    out["proj"] = str(w.proj)
     return out
 
 
@@ -361,6 +375,27 @@ def check(out: dict) -> None:
     hostile = {command for _, command, _ in out["corpus"]}
     assert not hostile & ran  # no hostile command ran
     assert {c for f, c, _ in out["corpus"] if f == "wrapped-never"} <= refused
+
+    # a long command is announced, then quoted whole; blanks that hide the rest are said
+    long = out["long"]["reply"]
+    assert long.startswith(
+        "I am about to run a one-line command of 100,000 characters that runs touch; one "
+        "argument of touch is 99,994 characters long (characters 7 to 100,000); read it before "
+        "you say yes:\ntouch aaa"
+    )
+    assert "a" * 99_994 in long and out["long"]["pending"]["command"] == "touch " + "a" * 99_994
+    blanks = out["blanks"]["reply"]
+    assert blanks.startswith(
+        "I am about to run a one-line command of 319 characters that runs ls and rm; a run of "
+        "300 blanks at character 3 may push what follows off the screen; read it before"
+    )
+    # "what did you run?" reads the audit (no model call), a long command by what it is
+    assert out["what_ran"]["reply"] == (
+        "The last command I ran here: a one-line command of 206 characters that runs touch "
+        f"in {out['proj']}, just now: it exited 0, outside the sandbox; you said yes."
+    )
+    assert out["what_ran_none"]["reply"].startswith("I have run no command in this session")
+    assert out["what_ran_calls"] == 0  # no model call for the questions
 
     # the plain commands still run under their rules, outside the sandbox
     commit = out["plain_commit"]["commands"][0]
