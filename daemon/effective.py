@@ -420,7 +420,7 @@ SHELLS = _set("sh bash dash zsh ksh mksh ash fish tcsh csh yash posh rbash")
 # covers what it runs. Python's `-m MODULE` names a program (`python3 -m pytest`): that one is
 # read as its module.
 INTERPRETERS = _set(
-    """python python2 python3 pypy pypy3 perl ruby irb node nodejs deno php lua luajit
+    """python python2 python3 pypy pypy3 perl ruby irb node nodejs php lua luajit
     Rscript R tclsh wish expect awk gawk mawk nawk osascript pwsh powershell julia
     racket guile gdb lldb jshell groovy scala kotlin elixir erl escript swipl ghci runghc
     runhaskell ocaml m4 dc vim vi nvim emacs ed ex source ."""
