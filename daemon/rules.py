@@ -24,6 +24,7 @@ import re
 import shlex
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -486,8 +487,13 @@ def _inside(real: str, directory: str) -> bool:
 
 def _pattern(rule: Rule) -> effective.Run | None:
     """A command rule's pattern read as a command (None when it cannot be read)."""
+    return _read_pattern(rule.words)
+
+
+@lru_cache(maxsize=2048)
+def _read_pattern(words: tuple[str, ...]) -> effective.Run | None:
     try:
-        return effective.read_words(rule.words)
+        return effective.read_words(words)
     except effective.Unread:
         return None
 
@@ -541,6 +547,8 @@ def decide(
                 if r.decision != decision:
                     continue
                 hit = effective.restricts(pattern, run)
+                if hit and run.guess:
+                    hit = None  # a later word of a wrapper's command, read in case: may be
                 if hit:
                     return Decision(decision, r.id, None, r.sentence(), r.directory)
                 if hit is None and unsure is None:
