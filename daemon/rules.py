@@ -518,8 +518,9 @@ def decide(
     A command line is read into what it really runs (daemon/effective.py). Forbid and ask
     rules hold for every command it runs: each part, and what each wrapper, `sh -c` script,
     `find -exec` or `xargs` inside it runs, through global options (`git -C . push` is git
-    push). Where the reading is unsure (a git alias, an unknown option before a subcommand),
-    a forbid rule asks instead. Allow rules hold only when every part runs directly (no
+    push). Where the reading is unsure (a glob that may become a forbidden word, a git alias, a
+    wrapper's guessed start), no allow rule lets it run: it asks. Allow rules hold only when
+    every part runs directly (no
     wrapper, no interpreter code, no option that moves it or runs something given) and is
     covered; an allow rule outside the sandbox never covers a command that reads a file
     through its options (`--pathspec-from-file=`, `-F`, `@file`) or its input (`< file`)."""
@@ -553,8 +554,6 @@ def decide(
                     return Decision(decision, r.id, None, r.sentence(), r.directory)
                 if hit is None and unsure is None:
                     unsure = Decision("ask", r.id, None, r.sentence(), r.directory)
-    if unsure is not None:
-        return unsure  # it may be what a forbid or ask rule names: asked, never allowed
     reads = bool(effective.stdin_files(command))
     chosen: list[Rule] = []
     for part in parts:
@@ -567,6 +566,8 @@ def decide(
         ]
         if not allowing:
             return None
+        if unsure is not None:
+            return unsure  # it may be what a forbid or ask rule names: asked, never allowed
         # the most specific: the longest pattern, then the deepest directory
         chosen.append(max(allowing, key=lambda r: (len(r.words), len(r.directory or ""))))
     strictest = min(chosen, key=lambda r: LEVELS.index(r.sandbox or DEFAULT_LEVEL))

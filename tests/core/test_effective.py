@@ -124,21 +124,27 @@ def test_a_users_never_rule_holds_through_every_wrapper(store, wrapper):
 
 def test_globs_and_paths_are_the_program_they_may_be(store):
     assert ruled(store, "/usr/bin/git push")[0] == "ask"
-    assert ruled(store, "g*t push")[0] == "ask"  # may be git: asked, never allowed
-    assert ruled(store, "git p?sh")[0] == "ask"
-    assert ruled(store, "git c?mmit") is None  # a glob becomes only names it matches
     assert ruled(store, "rm -r -f /")[0] == "forbid"
     assert ruled(store, "rm -fr //")[0] == "forbid"
     assert ruled(store, "rm -rf ~/")[0] == "forbid"
     assert ruled(store, "rm -rf *") is None  # * never crosses a slash: not / nor ~
     assert ruled(store, "echo sudo") is None and ruled(store, "man sudo") is None
+    rules.add_rule(store, "allow", "rm", origin="cli")
+    assert ruled(store, "rm -rf /tmp/x")[0] == "allow"
+    # a glob that may become what a forbid rule names is never allowed: asked
+    assert ruled(store, "rm -rf /[a-z]*") == ("ask", "I never run rm -rf '~' everywhere.")
+    assert ruled(store, "rm -rf /tmp/x*")[0] == "allow"  # it can never be / or ~
 
 
-def test_an_unsure_reading_asks_where_a_forbid_rule_may_hold(store):
+def test_an_unsure_reading_is_never_allowed(store):
     rules.add_rule(store, "forbid", "git push", origin="cli")
+    rules.add_rule(store, "allow", "git", origin="cli")
     assert ruled(store, "git push")[0] == "forbid"
-    assert ruled(store, "git pu")[0] == "ask"  # an alias: it may be git push
-    assert ruled(store, "git --unknown-option x push")[0] == "ask"
+    assert ruled(store, "git log")[0] == "allow"
+    for command in ("git pu", "git --unknown-option x push", "g*t push", "git p?sh"):
+        assert ruled(store, command) is None, command  # no rule lets it run: it asks
+    assert ruled(store, "timeout 9 echo git push") is None  # a wrapper: never allowed
+    assert ruled(store, "git c?mmit") is None  # a glob never stands for an allowed word
 
 
 # -- allow rules cover only what runs directly --------------------------------------------------
