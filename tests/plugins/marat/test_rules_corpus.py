@@ -263,6 +263,9 @@ def run_world(w: World) -> dict:
         named = w.say(f"yes, always for {name}", s)
         always = w.say("yes, always", s)
         out["hint"][name] = {"first": first, "second": second, "named": named, "always": always}
+    # the first step: "yes, always" to `git -C . commit` made a rule for all of git
+    w.propose("via-c", "git -C . commit --allow-empty -qm via-C")
+    out["via_c"] = w.say("yes, always", "via-c")
     out["rules_after_hint"] = w.rules()
     s = "hint-after"
     out["after_hint"] = w.propose(s, "timeout 9 sh -c 'rm -f notes.txt'")
@@ -358,6 +361,10 @@ def check(out: dict) -> None:
         assert said["named"]["pending"] is not None  # the question still waits
         assert said["always"]["reply"].startswith("I run it this once: I make no rule of it:")
         assert not said["always"].get("rules_made")
+    assert out["via_c"]["reply"].startswith(
+        "I run it this once: I make no rule of it: the option -C . changes where git works"
+    )
+    assert out["via_c"]["commands"][0]["exit_code"] == 0  # it ran, once, as the yes said
     assert [r for r in out["rules_after_hint"] if r["origin"] != "built-in"] == []
     assert asked(out["after_hint"], "timeout 9 sh -c 'rm -f notes.txt'")
 
