@@ -818,13 +818,14 @@ def _reads(name: str, sub: str, args: tuple[str, ...]) -> tuple[str, ...]:
     """The options and words among `args` that read a file."""
     short = READING_SHORT.get((name, sub), "") + (READING_SHORT.get((name, ""), "") if sub else "")
     packages = name in ("npm", "npx", "pnpm", "yarn", "bun")
+    at_files = name not in ("git",)  # to git, @ is HEAD (`git diff @~1`), never a file
     found = []
     for word in args:
         if word.startswith("--") and len(word) > 2:
             opt = word.partition("=")[0]
             named = opt[2:]
             if (
-                "file" in named
+                re.search(r"(?<!pro)file", named)  # --file, --pathspec-from-file; not --profile
                 or "from" in named
                 or (len(named) >= 2 and any(r.startswith(opt) for r in READING_LONG))
             ):
@@ -833,7 +834,7 @@ def _reads(name: str, sub: str, args: tuple[str, ...]) -> tuple[str, ...]:
             letters = word[1:] if word[1:].isalpha() else word[1]
             if any(c in short for c in letters):  # -F, and bundled: -aF
                 found.append(word)
-        elif word.startswith("@") and len(word) > 1:
+        elif word.startswith("@") and len(word) > 1 and at_files:
             rest = word[1:]
             if not packages or rest.startswith(("/", "~", ".")):
                 found.append(word)

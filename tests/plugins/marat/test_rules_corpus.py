@@ -14,7 +14,7 @@ way the issue's attacker found them. The hostile commands come in families:
   `git --no-pager reset --hard`, `git -c x=y push`...) are asked, though a rule allows git;
 - `wrapped-never`: every wrapper around the user's own "never run git push" is refused;
 - `reads`: an unsandboxed `git commit` rule never runs a commit that reads a file
-  (`--pathspec-from-file=`, `-F`, `< file`, `@file`): asked, the key never reaches the model;
+  (`--pathspec-from-file=`, `-F`, `--file`, `< file`): asked, the key never reaches the model;
 - `make-moves`: an unsandboxed `make test` rule never covers `make -C`, `make -f`, `--eval`,
   `SHELL=`: asked, the planted recipe never runs.
 
@@ -76,7 +76,7 @@ READS = [
     "git commit --dry-run --file=%KEY%",
     "git commit --dry-run --template %KEY%",
     "git commit --dry-run -F - < %KEY%",
-    "git commit --dry-run @%KEY%",
+    "git commit --dry-run --file %KEY%",
 ]
 MAKE_MOVES = [
     "make -C %ROOT%/elsewhere test",
