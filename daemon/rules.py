@@ -116,6 +116,9 @@ class Rule:
             return f"I always ask before {what} {where}{when}."
         if self.kind == "tool":
             return f"I call {what} without asking {where}{when}."
+        inert = _inert(self.words)
+        if inert:  # made by an older lmd: it covers nothing now, and says so
+            return f"Rule for {what} {where}{when} lets nothing run: {inert}."
         return f"I run {what} without asking {where}{when}, {_how(self.sandbox, self.directory)}."
 
     def to_json(self) -> dict:
@@ -134,6 +137,15 @@ class Rule:
             "removed_at": self.removed_at,
             "sentence": self.sentence(),
         }
+
+
+def _inert(words: tuple[str, ...]) -> str | None:
+    """Why an allow rule's pattern can cover nothing (a wrapper, an interpreter, a moving
+    option: an older lmd made such rules), or None."""
+    try:
+        return effective.why_no_rule(effective.read_words(words))
+    except effective.Unread as e:
+        return f"I cannot read it ({e})"
 
 
 def _how(level: str | None, directory: str | None) -> str:

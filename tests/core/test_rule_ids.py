@@ -70,6 +70,11 @@ def test_an_older_home_keeps_its_ids_and_skips_those_its_audit_names(tmp_path: P
         " VALUES (15, 'allow', '[\"git\", \"commit\"]', 'voice', ?)",
         [time.time()],
     )
+    db.execute(  # an older lmd let "yes, always" make a rule for a wrapper
+        "INSERT INTO rules (id, decision, words, origin, created_at)"
+        " VALUES (16, 'allow', '[\"timeout\"]', 'voice', ?)",
+        [time.time()],
+    )
     db.execute("CREATE TABLE marat_commands (id INTEGER PRIMARY KEY, rule_id INTEGER)")
     db.execute("INSERT INTO marat_commands (rule_id) VALUES (40), (15)")
     db.conn.close()
@@ -77,6 +82,12 @@ def test_an_older_home_keeps_its_ids_and_skips_those_its_audit_names(tmp_path: P
     s = Store(path)
     assert "core:m006_rule_ids" in s.migrate()
     assert rules.get_rule(s, 15).pattern == "git commit"  # its id kept
+    # the wrapper's rule stays listed, saying it lets nothing run; it covers nothing
+    assert rules.get_rule(s, 16).sentence() == (
+        "Rule for timeout everywhere lets nothing run: timeout runs another command it is "
+        "given, and a rule never covers what such a program runs."
+    )
+    assert rules.decide(s, cwd="/", session="x", command="timeout 9 rm -f x") is None
     assert len([r for r in rules.all_rules(s) if r.origin == "built-in"]) == 14
     made, _ = rules.add_rule(s, "allow", "touch", origin="cli")
     assert made.id == 41  # above the deleted rule 40 the audit names
