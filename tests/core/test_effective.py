@@ -276,3 +276,17 @@ def test_yes_always_for_a_wrapped_command_makes_no_rule_and_says_why(store, tmp_
             store, named, cwd=str(tmp_path), session="s1", command="timeout 9 touch a"
         )
     assert [r for r in rules.all_rules(store) if r.origin != "built-in"] == []
+
+
+def test_every_wrapper_lmd_knows_is_read_through(store):
+    """Generated from daemon/effective.py's tables: a wrapper added there is tested here."""
+    from tests.plugins.marat.test_rules_corpus import every_wrapper
+
+    rules.add_rule(store, "forbid", "git push", origin="voice")
+    commands = every_wrapper()
+    assert len(commands) == len(effective.WRAPPERS) + len(effective.SHELLS)
+    for command in commands:
+        got = ruled(store, command.replace("%ROOT%", "/tmp"))
+        assert got is not None and got[0] == "forbid", (command, got)
+        (run,) = effective.read(command.replace("%ROOT%", "/tmp"))
+        assert effective.why_no_rule(run), command  # and no allow rule could cover it

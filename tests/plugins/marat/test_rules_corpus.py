@@ -12,7 +12,8 @@ way the issue's attacker found them. The hostile commands come in families:
   `timeout 9 sh -c 'rm -f notes.txt'` is asked after;
 - `git-global`: git's global options around every built-in ask rule (`git -C . clean -fdx`,
   `git --no-pager reset --hard`, `git -c x=y push`...) are asked, though a rule allows git;
-- `wrapped-never`: every wrapper around the user's own "never run git push" is refused;
+- `wrapped-never`: wrappers around forms of the user's own "never run git push" are refused,
+  and `every-wrapper`: each wrapper and shell lmd knows (generated from its table) likewise;
 - `reads`: an unsandboxed `git commit` rule never runs a commit that reads a file
   (`--pathspec-from-file=`, `-F`, `--file`, `< file`): asked, the key never reaches the model;
 - `make-moves`: an unsandboxed `make test` rule never covers `make -C`, `make -f`, `--eval`,
@@ -68,7 +69,27 @@ WRAPPERS = ["timeout 9 {}", "timeout -s KILL 9 {}", "env {}", "env GIT_PAGER=cat
             "find . -maxdepth 0 -exec {} \\;", "eval {}", "setsid {}", "ionice -c3 {}",
             "flock %ROOT%/lock {}", "watch -n 1 -g {}", "timeout 9 sh -c '{}'"]  # fmt: skip
 PUSHES = ["git push origin main", "git --no-pager push origin main", "git -C . push origin main"]
+# How each wrapper lmd knows is written around a command, where its first words are not the
+# command (the rest: the wrapper, then the command).
+WRAPPER_FORMS = {"timeout": "timeout 9 {}", "chrt": "chrt 5 {}", "taskset": "taskset 1 {}",
+                 "flock": "flock %ROOT%/lock {}", "chroot": "chroot / {}",
+                 "faketime": "faketime @0 {}", "ssh": "ssh localhost {}", "trap": "trap '{}' EXIT",
+                 "xargs": "xargs -a /dev/null {}", "watch": "watch -n 1 -g {}",
+                 "su": "su -c '{}' root", "runuser": "runuser -u root -- {}",
+                 "script": "script -q -c '{}' /dev/null"}  # fmt: skip
+
+
+def every_wrapper() -> list[str]:
+    """Each wrapper and shell lmd reads through, around git push (daemon/effective.py)."""
+    from daemon import effective
+
+    forms = [WRAPPER_FORMS.get(w, f"{w} {{}}") for w in sorted(effective.WRAPPERS)]
+    forms += [f"{shell} -c '{{}}'" for shell in sorted(effective.SHELLS)]
+    return [form.format("git push origin main") for form in forms]
+
+
 READS = [
+    "git commit --dry-run --pathspec-from-file=~/.ssh/id_rsa",  # the issue's own words
     "git commit --dry-run --pathspec-from-file=%KEY%",
     "git commit --pathspec-from-f=%KEY%",
     "git commit --dry-run -F %KEY%",
@@ -93,6 +114,7 @@ def corpus() -> list[tuple[str, str]]:
     """(family, command) of the asked and refused commands (the hint family runs apart)."""
     found = [("git-global", f"git {o} {a}") for o in GIT_GLOBAL for a in ASK_RULES]
     found += [("wrapped-never", w.format(p)) for w in WRAPPERS for p in PUSHES]
+    found += [("every-wrapper", c) for c in every_wrapper() if c not in {c for _, c in found}]
     found += [("reads", c) for c in READS]
     found += [("make-moves", c) for c in MAKE_MOVES]
     return found
@@ -277,12 +299,13 @@ def run_world(w: World) -> dict:
     w.add_rule("allow", "git commit", directory=str(w.proj), sandbox="none")
     w.add_rule("allow", "make test", directory=str(w.proj), sandbox="none")
     families = corpus()
-    asked_first = [fc for fc in families if fc[0] != "wrapped-never"]
+    refusing = ("wrapped-never", "every-wrapper")
+    asked_first = [fc for fc in families if fc[0] not in refusing]
     replies = run_batch(w, "a", asked_first)
     # then the user's own never rule, made by voice, around which every wrapper is tried
     w.propose("never", "git push origin main")
     out["never"] = w.say("never run git push", "never")
-    refused = [fc for fc in families if fc[0] == "wrapped-never"]
+    refused = [fc for fc in families if fc[0] in refusing]
     replies += run_batch(w, "b", refused)
     out["rules"] = w.rules()
     out["corpus"] = [
@@ -348,8 +371,8 @@ def user_run():
 
 def test_the_corpus_covers_every_family():
     families = {f for f, _ in corpus()}
-    assert families == {"git-global", "wrapped-never", "reads", "make-moves"}
-    assert len(corpus()) >= 100 and len({c for _, c in corpus()}) == len(corpus())
+    assert families == {"git-global", "wrapped-never", "every-wrapper", "reads", "make-moves"}
+    assert len(corpus()) >= 150 and len({c for _, c in corpus()}) == len(corpus())
 
 
 def check(out: dict) -> None:
@@ -373,7 +396,9 @@ def check(out: dict) -> None:
     assert [r["pattern"] for r in never["rules_made"]] == ["git push"]
 
     for family, command, reply in out["corpus"]:
-        if family == "wrapped-never":
+        if command.startswith("sudo "):  # marat refuses sudo before any rule: the model is told
+            assert reply["pending"] is None and not reply.get("commands"), (command, reply)
+        elif family in ("wrapped-never", "every-wrapper"):
             assert reply["pending"] is None and "forbids it" in reply["reply"], (command, reply)
         else:
             assert asked(reply, command), (family, command, reply["reply"])
@@ -381,7 +406,8 @@ def check(out: dict) -> None:
     ran = {r["command"] for r in out["audit"] if r["approval"] != "forbidden"}
     hostile = {command for _, command, _ in out["corpus"]}
     assert not hostile & ran  # no hostile command ran
-    assert {c for f, c, _ in out["corpus"] if f == "wrapped-never"} <= refused
+    wrapped = {c for f, c, _ in out["corpus"] if f in ("wrapped-never", "every-wrapper")}
+    assert {c for c in wrapped if not c.startswith("sudo ")} <= refused
 
     # a long command is announced, then quoted whole; blanks that hide the rest are said
     long = out["long"]["reply"]
