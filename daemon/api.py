@@ -107,6 +107,9 @@ _GROUPS: dict[str, dict[str, str]] = {
         "decide": "daemon.rules",
         "Decision": "daemon.rules",
         "rules": "daemon.rules",
+        "describe_command": "daemon.readback",
+        "spoken_command": "daemon.readback",
+        "quoted_name": "daemon.readback",
     },
     # The project's own instructions (AGENTS.md) for a mode's system message.
     "Project memory": {
@@ -225,6 +228,9 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "decide",
     "Decision",
     "rules",
+    "describe_command",
+    "spoken_command",
+    "quoted_name",
     "project_memory",
     "Memory",
     "LLM",
@@ -320,6 +326,7 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.modes import Context, Mode, record_turn
     from daemon.paths import allowed_http_path, refuse_overwrite, write_atomic
     from daemon.plugins import get_plugin_manager, wanted_plugins
+    from daemon.readback import describe_command, quoted_name, spoken_command
     from daemon.rules import Decision, decide
     from daemon.settings import Setting, SettingError, Settings, env_name, refuse_if_protected
     from daemon.shards import Shard, describe_parts, file_sha256, parse_shard, part_of

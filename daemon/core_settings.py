@@ -165,6 +165,7 @@ MCP_SETTINGS = [
         "Most tools of one MCP server offered to the model (the first ones it lists).",
         min=1,
         max=500,
+        shapes=("prompt",),  # the tools the model is offered
     ),
 ]
 
@@ -226,6 +227,7 @@ CORE_SETTINGS = [
         "Which backend answers: auto (the embedded model while no server is configured), "
         "embedded (always the embedded model), endpoint (always openai_chat_endpoint).",
         choices=("auto", "embedded", "endpoint"),
+        shapes=("safety",),  # where the user's words go: a local program must not send them away
     ),
     Setting(
         "embedded_model_path",
@@ -258,6 +260,7 @@ CORE_SETTINGS = [
         "How modes get an action from the model: auto (native tool calls where the backend "
         "has them, else a JSON schema, else text), or tools, schema or text.",
         choices=("auto", "tools", "schema", "text"),
+        shapes=("prompt",),  # how the model is asked for an action
     ),
     Setting("llm_timeout_secs", 60.0, "float", "Seconds one backend call may take.", min=0.1),
     Setting("llm_max_retries", 2, "int", "Retries of one backend call.", min=0, max=10),
@@ -268,16 +271,29 @@ CORE_SETTINGS = [
         "What the backend can do, overriding the probe (lmd backend), like "
         '{"tools": false, "json_schema": true}; {} trusts the probe.',
         check=_check_capabilities,
+        shapes=("prompt",),  # it picks the protocol the model is asked in
     ),
-    Setting("system", "Ubuntu 22.04", "str", "The OS bash commands are written for."),
+    Setting(
+        "system",
+        "Ubuntu 22.04",
+        "str",
+        "The OS bash commands are written for.",
+        shapes=("prompt",),  # every marat prompt names it
+    ),
     Setting(
         "default_prompt",
         "dali",
         "str",
         "Mode used when no directive applies (one of the registered modes).",
+        shapes=("prompt",),  # which mode's prompt the user's words reach
     ),
     Setting(
-        "end_session_after_idle_secs", 300, "int", "Idle seconds before a session resets.", min=0
+        "end_session_after_idle_secs",
+        300,
+        "int",
+        "Idle seconds before a session resets.",
+        min=0,
+        shapes=("approval",),  # how long a waiting question and a session rule last
     ),
     Setting("max_thought_loops", 6, "int", "Most model turns per request.", min=1, max=100),
     Setting(
@@ -294,6 +310,7 @@ CORE_SETTINGS = [
                 "cobol": ["kobol", "co bol"],
             },
         ),
+        shapes=("prompt", "approval"),  # which words pick a mode: a 'yes' must stay one
     ),
     Setting("max_tokens", 3500, "int", "Most tokens of history sent to the model.", min=1),
     Setting(
@@ -361,6 +378,7 @@ CORE_SETTINGS = [
         'down to the working directory (JSON list of names, e.g. ["AGENTS.md", "CLAUDE.md", '
         '".lmd.md"]; [] reads none).',
         check=_check_memory_names,
+        shapes=("prompt",),  # which files become the model's instructions
     ),
     Setting(
         "project_memory_max_chars",
@@ -370,6 +388,7 @@ CORE_SETTINGS = [
         "files are kept whole first; what is cut says so).",
         min=0,
         max=1000000,
+        shapes=("prompt",),  # how much of them the model reads
     ),
     Setting(
         "allowed_origins",

@@ -24,8 +24,11 @@ import re
 import shlex
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from daemon import effective
 
 DECISIONS = ("allow", "ask", "forbid")
 LEVELS = ("read-only", "workspace-write", "none")  # strictest first
@@ -61,12 +64,8 @@ BUILT_INS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 # Programs whose first argument is a subcommand: "yes, always" covers that subcommand only
-# (`git commit`, not all of git).
-SUBCOMMAND_PROGRAMS = frozenset(
-    """git npm npx yarn pnpm bun deno cargo go docker podman kubectl helm pip pip3 uv poetry
-    gh make apt apt-get brew systemctl terraform bundle rails mvn gradle dotnet conda rustup
-    just tox nox hatch pdm""".split()
-)
+# (`git commit`, not all of git). Their global options: daemon/effective.py.
+SUBCOMMAND_PROGRAMS = effective.SUBCOMMAND_PROGRAMS
 
 
 class RuleError(ValueError):
@@ -100,6 +99,7 @@ class Rule:
     origin: str  # built-in | voice | cli | http
     said: str | None
     created_at: float
+    removed_at: float | None = None  # a removed rule stays, for the audit that names it
 
     @property
     def pattern(self) -> str:
@@ -116,6 +116,9 @@ class Rule:
             return f"I always ask before {what} {where}{when}."
         if self.kind == "tool":
             return f"I call {what} without asking {where}{when}."
+        inert = _inert(self.words)
+        if inert:  # made by an older lmd: it covers nothing now, and says so
+            return f"Rule for {what} {where}{when} lets nothing run: {inert}."
         return f"I run {what} without asking {where}{when}, {_how(self.sandbox, self.directory)}."
 
     def to_json(self) -> dict:
@@ -131,8 +134,18 @@ class Rule:
             "origin": self.origin,
             "said": self.said,
             "created_at": self.created_at,
+            "removed_at": self.removed_at,
             "sentence": self.sentence(),
         }
+
+
+def _inert(words: tuple[str, ...]) -> str | None:
+    """Why an allow rule's pattern can cover nothing (a wrapper, an interpreter, a moving
+    option: an older lmd made such rules), or None."""
+    try:
+        return effective.why_no_rule(effective.read_words(words))
+    except effective.Unread as e:
+        return f"I cannot read it ({e})"
 
 
 def _how(level: str | None, directory: str | None) -> str:
@@ -170,6 +183,47 @@ def m005_rules(db: Any) -> None:
         )
 
 
+def m006_rule_ids(db: Any) -> None:
+    """Rule ids are never reused: an audit row's rule 15 stays the rule that let its command
+    run. The table becomes AUTOINCREMENT (its rows keep their ids) and a removed or expired
+    rule stays as a row with `removed_at`, so the audit can still name it. Ids removed before
+    this migration are skipped too: the sequence starts above the highest id any audit row
+    names."""
+    columns = (
+        "id, decision, kind, words, tool, directory, session, sandbox, origin, said, created_at"
+    )
+    db.execute(
+        """CREATE TABLE rules_new (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            decision TEXT NOT NULL,
+            kind TEXT NOT NULL DEFAULT 'command',
+            words TEXT NOT NULL DEFAULT '[]',
+            tool TEXT,
+            directory TEXT,
+            session TEXT,
+            sandbox TEXT,
+            origin TEXT NOT NULL,
+            said TEXT,
+            created_at REAL NOT NULL,
+            removed_at REAL
+        )"""
+    )
+    db.execute(f"INSERT INTO rules_new ({columns}) SELECT {columns} FROM rules")
+    db.execute("DROP TABLE rules")
+    db.execute("ALTER TABLE rules_new RENAME TO rules")
+    top = db.execute("SELECT COALESCE(MAX(id), 0) FROM rules").fetchone()[0]
+    has_audit = db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'marat_commands'"
+    ).fetchone()
+    if has_audit:
+        named = db.execute("PRAGMA table_info(marat_commands)").fetchall()
+        if any(col[1] == "rule_id" for col in named):
+            audited = db.execute("SELECT COALESCE(MAX(rule_id), 0) FROM marat_commands")
+            top = max(top, audited.fetchone()[0] or 0)
+    db.execute("DELETE FROM sqlite_sequence WHERE name IN ('rules', 'rules_new')")
+    db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('rules', ?)", [top])
+
+
 def _db(store: Any) -> Any:
     """A Store or a sqlite-utils Database: the database either way."""
     return getattr(store, "db", store)
@@ -203,6 +257,7 @@ def _rule(row: dict) -> Rule:
         origin=row["origin"],
         said=row["said"],
         created_at=row["created_at"],
+        removed_at=row.get("removed_at"),
     )
 
 
@@ -210,7 +265,7 @@ def all_rules(store: Any, session: str | None = None) -> list[Rule]:
     """Kept rules, and the session rules of `session` (of every session when None), oldest
     first; expired session rules are dropped on the way."""
     _expire(store)
-    rows = _rows(store, "SELECT * FROM rules ORDER BY id")
+    rows = _rows(store, "SELECT * FROM rules WHERE removed_at IS NULL ORDER BY id")
     found = [_rule(r) for r in rows]
     return [r for r in found if session is None or r.session in (None, session)]
 
@@ -222,7 +277,7 @@ def _expire(store: Any) -> None:
     rows = _rows(
         store,
         "SELECT r.id, r.created_at, s.last_active FROM rules r LEFT JOIN sessions s"
-        " ON s.name = r.session WHERE r.session IS NOT NULL",
+        " ON s.name = r.session WHERE r.session IS NOT NULL AND r.removed_at IS NULL",
     )
     if not rows:
         return
@@ -231,7 +286,10 @@ def _expire(store: Any) -> None:
     stale = [r["id"] for r in rows if now - max(r["created_at"], r["last_active"] or 0) >= idle]
     if stale:
         with _lock(store):
-            db.execute(f"DELETE FROM rules WHERE id IN ({','.join('?' * len(stale))})", stale)
+            db.execute(
+                f"UPDATE rules SET removed_at = ? WHERE id IN ({','.join('?' * len(stale))})",
+                [now, *stale],
+            )
 
 
 def _idle_secs(store: Any) -> float:
@@ -284,6 +342,21 @@ def pattern_words(pattern: str) -> tuple[str, ...]:
     return words
 
 
+def _check_allow_pattern(words: tuple[str, ...]) -> None:
+    """An allow rule names what runs: never a wrapper or interpreter (`timeout`, `env`,
+    `python3`, `sh`), nor an option that moves the command (`git -C dir`, `make -f file`)."""
+    try:
+        problem = effective.why_no_rule(effective.read_words(words))
+    except effective.Unread as e:
+        problem = f"I cannot read it ({e})"
+    if problem:
+        shown = shlex.join(words)[:80]
+        raise RuleError(
+            f"I make no rule that runs {shown} without asking: {problem}. Name the program "
+            "that runs, like make test or git commit."
+        )
+
+
 def add_rule(
     store: Any,
     decision: str,
@@ -312,6 +385,8 @@ def add_rule(
         words = tuple(pattern)
         if not words or len(words) > MAX_PATTERN_WORDS:
             raise RuleError("The rule's pattern must be 1 to 16 words.")
+    if kind == "command" and decision == "allow":
+        _check_allow_pattern(words)
     if directory is not None:
         directory = real_directory(directory)
     if decision != "allow":
@@ -350,7 +425,7 @@ def add_rule(
                 and existing.sandbox == sandbox
             ):
                 return existing, False
-        count = _rows(store, "SELECT COUNT(*) AS n FROM rules")[0]["n"]
+        count = _rows(store, "SELECT COUNT(*) AS n FROM rules WHERE removed_at IS NULL")[0]["n"]
         if count >= MAX_RULES:
             raise RuleError(
                 f"There are {MAX_RULES} rules already; remove some with lmd rules remove."
@@ -375,9 +450,12 @@ def add_rule(
     return _rule(row[0]), True
 
 
-def get_rule(store: Any, rule_id: int) -> Rule | None:
+def get_rule(store: Any, rule_id: int, removed: bool = False) -> Rule | None:
+    """The rule with this id (a removed one too when `removed`: the audit names it)."""
     rows = _rows(store, "SELECT * FROM rules WHERE id = ?", [rule_id])
-    return _rule(rows[0]) if rows else None
+    if not rows or (rows[0]["removed_at"] is not None and not removed):
+        return None
+    return _rule(rows[0])
 
 
 def remove_rule(store: Any, rule_id: int) -> Rule:
@@ -386,7 +464,10 @@ def remove_rule(store: Any, rule_id: int) -> Rule:
     if found is None:
         raise RuleError(f"There is no rule {rule_id}; lmd rules list shows them.")
     with _lock(store):
-        _db(store).execute("DELETE FROM rules WHERE id = ?", [rule_id])
+        _db(store).execute(
+            "UPDATE rules SET removed_at = ? WHERE id = ? AND removed_at IS NULL",
+            [time.time(), rule_id],
+        )
     return found
 
 
@@ -416,14 +497,17 @@ def _inside(real: str, directory: str) -> bool:
     return real == directory or real.startswith(directory.rstrip("/") + "/")
 
 
-def _matches(rule: Rule, part: Any) -> bool:
-    n = len(rule.words)
-    if len(part.words) < n or tuple(part.words[:n]) != rule.words:
-        return False
-    # a glob in the matched words is not final: `g*t` is not git to an allow rule; a forbid
-    # or ask rule that names the glob itself (rm -rf /*) still matches it as written
-    globs = part.globs or (part.globbed,) * len(part.words)
-    return rule.decision != "allow" or not any(globs[:n])
+def _pattern(rule: Rule) -> effective.Run | None:
+    """A command rule's pattern read as a command (None when it cannot be read)."""
+    return _read_pattern(rule.words)
+
+
+@lru_cache(maxsize=2048)
+def _read_pattern(words: tuple[str, ...]) -> effective.Run | None:
+    try:
+        return effective.read_words(words)
+    except effective.Unread:
+        return None
 
 
 def _tool_matches(rule: Rule, tool: str) -> bool:
@@ -441,8 +525,17 @@ def decide(
     tool: str | None = None,
 ) -> Decision | None:
     """What the rules say about `command` (a bash command line) or `tool` ("mcp:SERVER:TOOL")
-    run in `cwd` for `session`: forbid wins, then ask, then allow (every part of a command
-    must be allowed); None when no rule applies."""
+    run in `cwd` for `session`: forbid wins, then ask, then allow; None when no rule applies.
+
+    A command line is read into what it really runs (daemon/effective.py). Forbid and ask
+    rules hold for every command it runs: each part, and what each wrapper, `sh -c` script,
+    `find -exec` or `xargs` inside it runs, through global options (`git -C . push` is git
+    push). Where the reading is unsure (a glob that may become a forbidden word, a git alias, a
+    wrapper's guessed start), no allow rule lets it run: it asks. Allow rules hold only when
+    every part runs directly (no
+    wrapper, no interpreter code, no option that moves it or runs something given) and is
+    covered; an allow rule outside the sandbox never covers a command that reads a file
+    through its options (`--pathspec-from-file=`, `-F`, `@file`) or its input (`< file`)."""
     real = os.path.realpath(os.fspath(cwd))
     here = [r for r in all_rules(db, session) if r.directory is None or _inside(real, r.directory)]
     if tool is not None:
@@ -454,23 +547,39 @@ def decide(
         return None
     if not command or not command.strip():
         return None
-    from daemon.execution.bash import Unmodelled, simple_commands
-
     try:
-        parts = simple_commands(command)
-    except Unmodelled:
+        parts = effective.read_cached(command)
+    except effective.Unread:
         return None  # nothing is known about it: ask, as without rules
-    commands = [r for r in here if r.kind == "command"]
+    ruled = [(r, p) for r in here if r.kind == "command" for p in [_pattern(r)] if p is not None]
+    every = [run for part in parts for run in part.walk()]
+    unsure: Decision | None = None
     for decision in ("forbid", "ask"):
-        for part in parts:
-            for r in commands:
-                if r.decision == decision and _matches(r, part):
+        for run in every:
+            for r, pattern in ruled:
+                if r.decision != decision:
+                    continue
+                hit = effective.restricts(pattern, run)
+                if hit and run.guess:
+                    hit = None  # a later word of a wrapper's command, read in case: may be
+                if hit:
                     return Decision(decision, r.id, None, r.sentence(), r.directory)
+                if hit is None and unsure is None:
+                    unsure = Decision("ask", r.id, None, r.sentence(), r.directory)
+    reads = bool(effective.stdin_files(command))
     chosen: list[Rule] = []
     for part in parts:
-        allowing = [r for r in commands if r.decision == "allow" and _matches(r, part)]
+        allowing = [
+            r
+            for r, pattern in ruled
+            if r.decision == "allow"
+            and effective.allows(pattern, part)
+            and not (r.sandbox == "none" and (reads or part.reads))
+        ]
         if not allowing:
             return None
+        if unsure is not None:
+            return unsure  # it may be what a forbid or ask rule names: asked, never allowed
         # the most specific: the longest pattern, then the deepest directory
         chosen.append(max(allowing, key=lambda r: (len(r.words), len(r.directory or ""))))
     strictest = min(chosen, key=lambda r: LEVELS.index(r.sandbox or DEFAULT_LEVEL))
@@ -483,15 +592,39 @@ def decide(
 
 def suggested_pattern(words: tuple[str, ...]) -> tuple[str, ...]:
     """What "yes, always" covers of one simple command: the program and, for programs with
-    subcommands, the subcommand (`git commit -m x` -> git commit; `python -m pytest -q` ->
-    python -m pytest; `ls -la` -> ls)."""
-    program = words[0]
-    rest = words[1:]
-    if program in SUBCOMMAND_PROGRAMS and rest and not rest[0].startswith("-"):
-        return (program, rest[0])
-    if re.fullmatch(r"python[\d.]*", program) and rest[:1] == ("-m",) and len(rest) > 1:
+    subcommands, the subcommand (`git commit -m x` -> git commit; `git --no-pager log` -> git
+    log; `python -m pytest -q` -> python -m pytest; `ls -la` -> ls). RuleError when no rule
+    can cover the command: a wrapper or interpreter (`timeout 9 make`, `python3 -c ...`), or
+    an option that moves it or runs something it is given (`git -C dir commit`)."""
+    try:
+        run = effective.read_words(tuple(words))
+    except effective.Unread as e:
+        raise RuleError(
+            f"I cannot read that command well enough to make a rule of it ({e})."
+        ) from None
+    problem = effective.why_no_rule(run)
+    if problem:
+        raise RuleError(f"I make no rule of it: {problem}.")
+    program, rest = run.program, run.args
+    if run.name in effective.SUBCOMMAND_PROGRAMS:
+        if run.subcommand is not None:
+            return (program, run.subcommand)
+        return tuple(words[:MAX_PATTERN_WORDS]) if len(words) > 1 else (program,)
+    if effective.python_module(run):
         return (program, "-m", rest[1])
     return (program,)
+
+
+def covers(pattern: tuple[str, ...], command: str, sandbox: str | None = None) -> bool:
+    """Would an allow rule of `pattern` (at `sandbox`) cover every part of `command`?"""
+    try:
+        want = effective.read_words(pattern)
+        parts = effective.read_cached(command)
+    except effective.Unread:
+        return False
+    if sandbox == "none" and effective.stdin_files(command):
+        return False
+    return all(effective.allows(want, p) and not (sandbox == "none" and p.reads) for p in parts)
 
 
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,39}")
@@ -500,19 +633,22 @@ _PLAIN_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,39}")
 def always_hint(command: str, asked_before: list[str]) -> tuple[str, str | None]:
     """(the command's "yes, always" pattern, a hint to say with the question or None). The
     hint comes from the second question about the same pattern in a session on: the first
-    question stays short; a repeated one tells the user the words that end the repeats."""
-    from daemon.execution.bash import Unmodelled, simple_commands
-
+    question stays short; a repeated one tells the user the words that end the repeats. It
+    offers only a pattern a rule may hold and that would cover this very command (none for a
+    wrapper, interpreter code, or an option that moves the command)."""
     try:
-        parts = simple_commands(command)
-    except Unmodelled:
+        parts = effective.read_cached(command)
+    except effective.Unread:
         return "", None
-    if len(parts) != 1 or not parts[0].words:
+    if len(parts) != 1:
         return "", None
-    words = suggested_pattern(parts[0].words)
+    try:
+        words = suggested_pattern(parts[0].words)
+    except RuleError:
+        return "", None
     # The words are the model's: spoken outside the verbatim command, they must not be able
     # to say anything but a program's name ('ls. It only reads, say yes' would be lmd's voice)
-    if not all(_PLAIN_WORD.fullmatch(w) for w in words):
+    if not all(_PLAIN_WORD.fullmatch(w) for w in words) or not covers(words, command):
         return "", None
     pattern = " ".join(words)
     if pattern not in asked_before:

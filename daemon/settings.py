@@ -32,13 +32,28 @@ class UnknownSetting(LmdError):
     status = 404
 
 
+# What a setting may govern that makes it the user's alone. A setting declares each it governs
+# (`shapes`), and is protected because of it: over HTTP (a route, or a mode such as knob
+# answering /v1) it changes only for a request that presents the daemon's token, never for an
+# agent (`lmd mcp serve`, marked X-Lmd-Agent) nor for a local program without the token; the
+# CLI always can. docs/security.md states it; tests/core/test_protected_settings.py checks it
+# over every declared setting.
+SHAPES = {
+    "prompt": "what the model is told: its system message, instructions, memory, tools, protocol",
+    "approval": "what runs without a spoken yes, and how long a yes, a question or a rule lasts",
+    "safety": "the sandbox, where commands and builds run, what the daemon loads or runs, "
+    "where the API key and the user's words go, and who may call",
+}
+
+
 @dataclass(frozen=True)
 class Setting:
     """Declaration of one setting: its type, default and what is allowed.
 
     `type` is one of int, float, str, bool, choice, json. `synonyms` maps accepted spellings
     to canonical values (e.g. {"maj": "majority"}); `check` adds a custom rule returning an
-    error sentence or None.
+    error sentence or None. `shapes` names what of SHAPES it governs: any makes it protected
+    (`protected=True` alone, as older plugins write it, means "safety").
     """
 
     name: str
@@ -51,13 +66,25 @@ class Setting:
     synonyms: Mapping[str, str] = field(default_factory=dict)
     check: Callable[[Any], str | None] | None = None
     plugin: str = "core"
-    # Protected settings guard the user's safety (e.g. command approval): over HTTP they change
-    # only for a request that presents the daemon's token; the CLI always can.
+    # Protected settings are the user's alone (see SHAPES): over HTTP they change only for a
+    # request that presents the daemon's token; the CLI always can. Derived from `shapes`.
     protected: bool = False
     # Earlier defaults, as an older lmd wrote them into the table: a home from before lmd
     # recorded who chose a value counts a stored one of these as not chosen. Changing a
     # default? Add the old one here.
     past_defaults: tuple[Any, ...] = ()
+    shapes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.shapes if s not in SHAPES]
+        if unknown:
+            raise ValueError(
+                f"The setting {self.name} declares shapes {unknown}; they are {', '.join(SHAPES)}."
+            )
+        if self.shapes and not self.protected:
+            object.__setattr__(self, "protected", True)
+        elif self.protected and not self.shapes:
+            object.__setattr__(self, "shapes", ("safety",))
 
     def allowed(self) -> str:
         """Say in words what values are allowed."""
@@ -277,5 +304,6 @@ class Settings:
             }
             if spec.protected:
                 row["protected"] = True
+                row["shapes"] = list(spec.shapes)
             rows.append(row)
         return rows

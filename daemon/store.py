@@ -164,12 +164,20 @@ def m005_rules(db: sqlite_utils.Database) -> None:
     make(db)
 
 
+def m006_rule_ids(db: sqlite_utils.Database) -> None:
+    """Rule ids never reused (daemon/rules.py)."""
+    from daemon.rules import m006_rule_ids as make
+
+    make(db)
+
+
 CORE_MIGRATIONS: list[Migration] = [
     m001_prompts,
     m002_sessions,
     m003_operative_karma,
     m004_backend_capabilities,
     m005_rules,
+    m006_rule_ids,
 ]
 
 

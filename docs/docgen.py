@@ -110,10 +110,45 @@ def settings_tables() -> str:
         for spec in specs:
             default = spec.dump(spec.default)
             shown = f"`{_cell(default)}`" if default else "*(empty)*"
-            meaning = spec.help + (" **Protected.**" if spec.protected else "")
+            shapes = ", ".join(spec.shapes)
+            meaning = spec.help + (f" **Protected ({shapes}).**" if spec.protected else "")
             out.append(
                 f"| `{spec.name}` | {shown} | {_cell(spec.allowed())} | {_cell(meaning)} |\n"
             )
+    return "".join(out)
+
+
+def protected_settings() -> str:
+    """The protected settings by what they shape (daemon.settings.SHAPES)."""
+    from daemon.settings import SHAPES
+
+    specs = builtin_settings()
+    out = ["| shapes | what that is | the settings |\n|---|---|---|\n"]
+    for shape, meaning in SHAPES.items():
+        names = ", ".join(f"`{s.name}`" for s in specs if shape in s.shapes)
+        out.append(f"| {shape} | {_cell(meaning)} | {names} |\n")
+    return "".join(out)
+
+
+def rule_reading() -> str:
+    """What daemon/effective.py knows: wrappers, interpreters, programs' moving options."""
+    from daemon import effective
+
+    def names(items) -> str:
+        return ", ".join(f"`{n}`" for n in sorted(items))
+
+    out = [
+        "| kind | programs |\n|---|---|\n",
+        f"| wrappers (what they run is read) | {names(effective.WRAPPERS)} |\n",
+        f"| shells (`-c` scripts are read) | {names(effective.SHELLS)} |\n",
+        f"| interpreters (their code is not read) | {names(effective.INTERPRETERS)}, "
+        "`python3.X`, `pypy3.X` |\n",
+        "\n| program | options that move it (no allow rule covers them) |\n|---|---|\n",
+    ]
+    for program, grammar in sorted(effective.GRAMMARS.items()):
+        if grammar.moving:
+            extra = ", `NAME=value`" if program in ("make", "gmake") else ""
+            out.append(f"| `{program}` | {names(grammar.moving)}{extra} |\n")
     return "".join(out)
 
 

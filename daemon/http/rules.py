@@ -109,6 +109,7 @@ RULE = {
         "origin": {"type": "string"},
         "said": {"type": ["string", "null"]},
         "created_at": {"type": "number"},
+        "removed_at": {"type": ["number", "null"]},
         "sentence": {"type": "string"},
     },
     "required": ["id", "decision", "pattern", "sentence"],

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -126,14 +128,94 @@ def record_refusal(
 
 def rows(store: Any, session: str | None = None, limit: int = 20) -> list[dict]:
     """Newest `limit` executed commands (of one session or all), oldest first."""
-    where, args = ("WHERE session = ?", [session]) if session else ("", [])
+    where, args = ("WHERE c.session = ?", [session]) if session else ("", [])
+    # the rule by its id: rule ids are never reused and a removed rule keeps its row, so the
+    # pattern named here is the rule that let the command run (or refused it)
     found = store.db.execute_returning_dicts(
-        f"SELECT * FROM marat_commands {where} ORDER BY id DESC LIMIT ?", [*args, limit]
+        "SELECT c.*, r.kind AS _kind, r.words AS _words, r.tool AS _tool FROM marat_commands c"
+        f" LEFT JOIN rules r ON r.id = c.rule_id {where} ORDER BY c.id DESC LIMIT ?",
+        [*args, limit],
     )
     for r in found:
         r["timed_out"], r["truncated"] = bool(r["timed_out"]), bool(r["truncated"])
         r["sandbox_blocked"] = bool(r["sandbox_blocked"])
+        kind, words, tool = r.pop("_kind"), r.pop("_words"), r.pop("_tool")
+        if kind is not None:
+            r["rule_pattern"] = tool if kind == "tool" else shlex.join(json.loads(words or "[]"))
     return list(reversed(found))
+
+
+_WHAT_RAN = re.compile(
+    r"^\s*(?:(?:so|and|ok|okay|hey|marat)[\s,]+)*(?:"
+    r"(?:what|which)\s+(?:commands?\s+)?(?:did|have)\s+you\s+(?:just\s+)?(?:run|ran|execute[d]?)"
+    r"(?:\s+(?:just\s+now|now|last|here|so\s+far))?"
+    r"|(?:what|which)\s+(?:was|were)\s+(?:the\s+|your\s+)?last\s+commands?"
+    r"|what\s+(?:just\s+)?ran"
+    r"|(?:tell|show)\s+me\s+what\s+you\s+(?:just\s+)?(?:run|ran|executed)"
+    r")\s*[?.!]*\s*$",
+    re.I,
+)
+
+
+def asks_what_ran(text: str) -> bool:
+    """ "what did you run?" and the ways a voice says it."""
+    return bool(_WHAT_RAN.match(text))
+
+
+_HOW = {
+    "read-only": "it looked read-only",
+    "never": "marat_approval is never",
+    "user": "you said yes",
+}
+
+
+def what_ran(store: Any, session: str, count: int = 3) -> str:
+    """The last commands of this session from the audit, in sentences for the ear: what ran
+    (a long command said by its length and what it runs), where, how it ended, in which
+    sandbox and why it ran."""
+    from daemon.api import plural, spoken_command
+
+    found = rows(store, session, count)
+    if not found:
+        return (
+            "I have run no command in this session; lmd history --commands lists every session's."
+        )
+    said = []
+    for r in found:
+        what = spoken_command(r["command"])
+        if r["approval"] == "forbidden":
+            rule = f"rule {r['rule_id']}" if r.get("rule_id") is not None else "a rule"
+            said.append(f"I refused {what}: {rule} forbids it")
+            continue
+        ended = "it timed out" if r["timed_out"] else f"it exited {r['exit_code']}"
+        level = r["sandbox"]
+        where = "outside the sandbox" if level == "none" else f"in the {level} sandbox"
+        if r["sandbox_blocked"]:
+            where += ", which stopped it"
+        if r["approval"] == "rule":
+            named = f" ({r['rule_pattern']})" if r.get("rule_pattern") else ""
+            why = f"rule {r['rule_id']}{named} allowed it"
+        else:
+            why = _HOW.get(r["approval"], r["approval"])
+        said.append(f"{what} in {r['cwd']}, {_ago(r['created_at'])}: {ended}, {where}; {why}")
+    head = (
+        "The last command I ran here: "
+        if len(said) == 1
+        else f"The last {plural(len(said), 'command')} I ran here, newest last: "
+    )
+    return head + ". ".join(said) + "."
+
+
+def _ago(when: float) -> str:
+    from daemon.api import plural
+
+    secs = max(0, int(time.time() - when))
+    if secs < 10:
+        return "just now"
+    for size, unit in ((86400, "day"), (3600, "hour"), (60, "minute")):
+        if secs >= size:
+            return f"{plural(secs // size, unit)} ago"
+    return f"{plural(secs, 'second')} ago"
 
 
 def format_row(r: dict) -> str:
@@ -141,7 +223,8 @@ def format_row(r: dict) -> str:
     status = "timed out" if r["timed_out"] else f"exit {r['exit_code']}"
     how = r["approval"] + (f" ({r['answer']!r})" if r["answer"] else "")
     if r.get("rule_id") is not None:
-        how = f"{r['approval']} (rule {r['rule_id']})"
+        named = f": {r['rule_pattern']}" if r.get("rule_pattern") else ""
+        how = f"{r['approval']} (rule {r['rule_id']}{named})"
     ran = "unsandboxed" if r["sandbox"] == "none" else f"sandbox {r['sandbox']}"
     if r["approval"] == "forbidden":
         status, ran = "refused", "not run"

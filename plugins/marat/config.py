@@ -15,7 +15,7 @@ SETTINGS = [
         "clearly read-only ones, which run in the sandbox), always.",
         choices=("never", "unsafe", "always"),
         synonyms={"none": "never", "off": "never", "all": "always", "safe": "unsafe"},
-        protected=True,  # only the CLI, or an HTTP request with the token, may change it
+        shapes=("approval",),  # only the CLI, or an HTTP request with the token, may change it
     ),
     Setting(
         "marat_command_timeout_secs",
@@ -30,6 +30,6 @@ SETTINGS = [
         "~",
         "str",
         "Directory a new session's commands start in (~ is the user's home).",
-        protected=True,  # where commands run: only the CLI or the token may move it
+        shapes=("safety", "prompt"),  # where commands run (and the prompt names it)
     ),
 ]

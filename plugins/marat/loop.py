@@ -22,12 +22,15 @@ from daemon.api import (
     action_protocol,
     approval_allowed,
     daemon_secrets,
+    describe_command,
     mcp_hub,
     mcp_rule_name,
     plural,
     project_memory,
+    quoted_name,
     rules,
     sandbox,
+    spoken_command,
     unmark,
     verbatim,
 )
@@ -181,6 +184,10 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
         ctx.reply_kind = "decorative"
         yield rules.spoken_list(ctx.store, ctx.session.name)
         return
+    if audit.asks_what_ran(ctx.text):  # "what did you run?": the audit answers, not the model
+        ctx.reply_kind = "decorative"
+        yield audit.what_ran(ctx.store, ctx.session.name)
+        return
     target = rules.forget_target(ctx.text)
     if target is not None:
         ctx.reply_kind = "decorative"
@@ -218,13 +225,14 @@ def _pending_approval(ctx: Context) -> dict | None:
 def question(command: str, why: str = "", marked: bool = False) -> str:
     """The question that asks for a yes: the exact command, every line and character (marked
     verbatim for the reply, so no plain, spoken or streamed form drops a line starting ``` or
-    a `*`, and an invisible character written out); a command of several lines says so first,
-    for a voice. Unmarked, it is the same text (what the history keeps)."""
+    a `*`, and an invisible character written out); a command of several lines, a long or an
+    unusual one says so first, for a voice (daemon/readback.py). Unmarked, it is the same text
+    (what the history keeps)."""
     shown = verbatim(command) if marked else unmark(verbatim(command))
-    lines = command.count("\n") + 1
-    if lines > 1:
+    about = describe_command(command)  # a long or unusual one: its length, what it runs, where
+    if about:
         asked = (
-            f"I am about to run a {lines}-line command; read it before you say yes:\n{shown}\n"
+            f"I am about to run {about}; read it before you say yes:\n{shown}\n"
             "Say yes to run it, or no."
         )
     else:
@@ -419,7 +427,8 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
         await _run(ctx, task, command, decision.approval, policy=policy, rule_id=decision.rule_id)
     _finish_karma(ctx, task, done=False)
     ctx.reply_kind = "decorative"
-    tail = f" The last command I ran was {task.last_command}." if task.last_command else ""
+    last = task.last_command
+    tail = f" The last command I ran was {quoted_name(spoken_command(last), 200)}." if last else ""
     yield (
         f"I stopped after {plural(turns, 'model turn')} without finishing the task.{tail} "
         "Say what to do next, or raise max_thought_loops."
@@ -583,8 +592,8 @@ def tool_question(tool: Any, arguments: dict, marked: bool = False) -> str:
     shown = verbatim(shown) if marked else unmark(verbatim(shown))
     hints = tool.said_hints()
     asked = (
-        f"I am about to call the tool {tool.name} of the MCP server {tool.server} with "
-        f"{shown}. Say yes to run it, or no."
+        f"I am about to call the tool {quoted_name(tool.name)} of the MCP server "
+        f"{quoted_name(tool.server)} with {shown}. Say yes to run it, or no."
     )
     return f"{asked} {hints}" if hints else asked
 

@@ -181,12 +181,12 @@ def test_hostile_json_bodies(client, backend, body, sentence):
 
 def test_lone_surrogate_in_a_json_setting_value_is_400(client):
     r = client.put(
-        "/settings/system",
-        content='{"value": "Ubuntu \\ud800"}',
+        "/settings/openai_model",
+        content='{"value": "gpt \\ud800"}',
         headers={"Content-Type": "application/json"},
     )
     assert r.status_code == 400 and r.json()["error"].startswith("The request contains an invalid")
-    assert client.get("/settings/system").json()["value"] == "Ubuntu 22.04"
+    assert client.get("/settings/openai_model").json()["value"] == "fake-model"  # as it was
 
 
 def test_very_long_single_line_arrives_intact(make_client, backend):

@@ -161,14 +161,18 @@ def test_generated_hostile_bodies_never_get_a_server_error(client, json_routes, 
 
 
 # -- default_prompt is a registered mode ---------------------------------------------------------
-def test_default_prompt_is_checked_over_http(client):
-    r = client.put("/settings/default_prompt", content="nosuchmode")
+def test_default_prompt_is_checked_over_http(make_client):
+    # default_prompt picks which mode's prompt the user's words reach: protected (the token)
+    client = make_client(token="t0k")
+    auth = {"Authorization": "Bearer t0k"}
+    r = client.put("/settings/default_prompt", content="nosuchmode", headers=auth)
     assert r.status_code == 400
     assert r.json()["error"].startswith(
         "default_prompt cannot be 'nosuchmode': there is no such mode; it must be one of "
     )
     assert "dali" in r.json()["error"] and "marat" in r.json()["error"]
-    assert client.put("/settings/default_prompt", content="marat").json()["value"] == "marat"
+    r = client.put("/settings/default_prompt", content="marat", headers=auth)
+    assert r.json()["value"] == "marat"
 
 
 def test_default_prompt_is_checked_by_the_cli(home):
@@ -186,12 +190,15 @@ def test_default_prompt_is_checked_by_the_cli(home):
     assert lmd("settings", "set", "default_prompt", "knob").exit_code == 0
 
 
-def test_default_prompt_is_checked_by_knob(client, backend):
-    r = client.post("/v1", content="knob set default prompt to nosuchmode")
+def test_default_prompt_is_checked_by_knob(make_client, backend):
+    client = make_client(token="t0k")
+    auth = {"Authorization": "Bearer t0k"}
+    r = client.post("/v1", content="knob set default prompt to nosuchmode", headers=auth)
     assert r.status_code == 400
     assert r.text.startswith("default prompt cannot be 'nosuchmode': there is no such mode")
-    assert client.get("/settings/default_prompt").json()["value"] == "dali"
-    assert client.post("/v1", content="knob set default prompt to marat").status_code == 200
+    assert client.get("/settings/default_prompt", headers=auth).json()["value"] == "dali"
+    r = client.post("/v1", content="knob set default prompt to marat", headers=auth)
+    assert r.status_code == 200
 
 
 def test_a_vanished_default_mode_is_a_503_sentence(make_client, backend, home):

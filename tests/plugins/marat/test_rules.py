@@ -102,7 +102,9 @@ def test_asked_once_allowed_always_here_then_run_in_the_sandbox_and_kept(home, l
         made["mkdir"]["id"],
     )
     shown = lmd_history_commands(home)
-    assert f"rule (rule {made['mkdir']['id']})" in shown and "sandbox workspace-write" in shown
+    assert f"rule (rule {made['mkdir']['id']}: mkdir)" in shown
+    assert "sandbox workspace-write" in shown
+    assert row["rule_pattern"] == "mkdir"
 
     # the sandbox still holds: a rule's command writing outside its directory is stopped,
     # and the next command asks to run outside the sandbox
@@ -150,7 +152,7 @@ def test_never_run_that_refuses_the_command_the_next_time_without_asking(home, l
     row = commands_of(d.url)[-1]
     assert (row["approval"], row["rule_id"], row["exit_code"]) == ("forbidden", rule_id, None)
     shown = lmd_history_commands(home)
-    assert "refused" in shown and f"forbidden (rule {rule_id})" in shown
+    assert "refused" in shown and f"forbidden (rule {rule_id}: rm -r build)" in shown
     # a forbid rule made while a question waits wins over the yes that follows
     backend.queue(action("rm -r build/x"))
     assert say_live(d.url, "marat remove x")[1]["pending"]["command"] == "rm -r build/x"
