@@ -39,6 +39,8 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('llm_timeout_secs', '60.0')
 INSERT OR IGNORE INTO settings (name, value) VALUES ('llm_max_retries', '2');
 -- What the backend can do, overriding the probe (lmd backend), like {"tools": false, "json_schema": true}; {} trusts the probe. Allowed: a JSON value.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('backend_capabilities', '{}');
+-- Requests a batch job (LM_SCORE over rows, SelectIT, the arena) sends at once; 0 learns what the backend serves in parallel (4 until it knows). Allowed: a whole number from 0 to 256.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('batch_concurrency', '0');
 -- The OS bash commands are written for. Allowed: any text.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('system', 'Ubuntu 22.04');
 -- Mode used when no directive applies (one of the registered modes). Allowed: any text.
@@ -147,8 +149,8 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_model', '');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_endpoint', '');
 -- text (the model writes the score) or logprob (expected score from logprobs). Allowed: one of text, logprob.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_method', 'text');
--- Most scoring calls in flight at once. Allowed: a whole number from 1 to 256.
-INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_concurrency', '8');
+-- Most scoring calls in flight at once; 0: what the backend serves (batch_concurrency). Allowed: a whole number from 0 to 256.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_concurrency', '0');
 -- One call at a time (servers without batching). Allowed: true or false (also yes/no, t/f, on/off).
 INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_sequential', 'false');
 -- Ask for an ensemble in one call with n. Allowed: true or false (also yes/no, t/f, on/off).

@@ -269,6 +269,15 @@ CORE_SETTINGS = [
         '{"tools": false, "json_schema": true}; {} trusts the probe.',
         check=_check_capabilities,
     ),
+    Setting(
+        "batch_concurrency",
+        0,
+        "int",
+        "Requests a batch job (LM_SCORE over rows, SelectIT, the arena) sends at once; 0 "
+        "learns what the backend serves in parallel (4 until it knows).",
+        min=0,
+        max=256,
+    ),
     Setting("system", "Ubuntu 22.04", "str", "The OS bash commands are written for."),
     Setting(
         "default_prompt",

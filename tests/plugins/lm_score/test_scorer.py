@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from daemon.errors import LmdError
 from daemon.settings import SettingError, Settings
 from plugins.lm_score.aggregate import aggregate, average, majority
-from plugins.lm_score.cache import ScoreCache, m001_cache
+from plugins.lm_score.cache import ScoreCache, m001_cache, m002_identity
 from plugins.lm_score.config import SETTINGS, read_dotenv, resolve
 from plugins.lm_score.logprob import expected_score, score_value
 from plugins.lm_score.parse import parse_score, strip_thinking
@@ -425,6 +425,7 @@ def test_backend_500_is_a_502_sentence(backend):
 def _cache(tmp_path: Path) -> ScoreCache:
     db = sqlite_utils.Database(tmp_path / "cache.db")
     m001_cache(db)
+    m002_identity(db)
     return ScoreCache(db)
 
 
