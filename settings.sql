@@ -173,7 +173,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_constrain', 'true
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_backend', 'openai');
 -- OpenAI backend: completions (raw prompt, base models) or chat (instruct models). Allowed: one of completions, chat.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_api', 'completions');
--- Model id (openai; empty = openai_model) or local model (transformers; empty = meta-llama/Llama-3.1-8B). Allowed: any text. Protected.
+-- Model id (openai; empty = the backend's model) or local model (transformers; empty = meta-llama/Llama-3.1-8B). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_model', '');
 -- Rating-prompt file, one template per line (empty = the built-in prompts). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_rp_file', '');
@@ -185,8 +185,8 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_alpha', '0.2');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_max_length', '2048');
 -- Samples per forward pass (transformers backend). Allowed: a whole number from 1 to 4096.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_batch_size', '8');
--- Requests in flight at once (openai backend). Allowed: a whole number from 1 to 256.
-INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_concurrency', '32');
+-- Requests in flight at once (openai backend); 0: what the backend serves (batch_concurrency). Allowed: a whole number from 0 to 256.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_concurrency', '0');
 -- How many top logprobs to ask the server for (it is lowered if the server refuses). Allowed: a whole number from 1 to 100.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_top_logprobs', '20');
 -- Torch device for the transformers backend (auto = cuda when available, else cpu). Allowed: any text.

@@ -88,12 +88,13 @@ class CommandBackend:
         embedded model is one model, whatever id is sent."""
         return not self.embedded or not model or model == self.model
 
-    def describe(self) -> str:
-        """The backend in a few words, for the command's first line."""
+    def describe(self, model: str | None = None) -> str:
+        """The backend in a few words, for the command's first line (`model`: the one the
+        command asks for, where not the backend's own)."""
         if self.kind == "endpoint":
             from daemon.backends.llm import shown_url
 
-            return f"{shown_url(self.url)}, model {self.model} ({self.why})"
+            return f"{shown_url(self.url)}, model {model or self.model} ({self.why})"
         if self.kind == "daemon":
             return (
                 f"the embedded model {self.model} through the daemon at {self.daemon_url} "
@@ -263,16 +264,18 @@ def command_backend(
     settings: Any,
     *,
     say: Callable[[str], None] | None = None,
+    model: str | None = None,
     environ: dict | None = None,
     daemon: str | None = None,
 ) -> CommandBackend:
     """The backend `lmd serve` would use, for one command: the configured one, else the
     running daemon's embedded model (through the daemon), else an embedded server started
     for the command (on its first request) and stopped after it. Use it as a context
-    manager, or call its close(). Its description goes to `say` first (default: a line on
-    stderr); LmdError with one sentence when there is no backend at all."""
+    manager, or call its close(). Its description (with `model`, the model the command asks
+    for where not the backend's own) goes to `say` first (default: a line on stderr);
+    LmdError with one sentence when there is no backend at all."""
     backend = choose_command_backend(settings, environ, daemon)
-    line = f"lmd: asking {backend.describe()}."
+    line = f"lmd: asking {backend.describe(model)}."
     if say is None:
         print(line, file=sys.stderr, flush=True)
     else:

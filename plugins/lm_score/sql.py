@@ -95,21 +95,19 @@ class ScoreFailures(LmdError):
 
 
 def failure_sentence(failures: list[tuple[tuple, str]], scored: int, changed: bool) -> str:
-    """One sentence: how many LM_SCOREs failed, the first reason, and what to do."""
+    """One sentence: how many LM_SCOREs failed, what became of them, and the first reason."""
     from daemon.api import plural
 
-    first = failures[0][1].rstrip(".")
+    first = failures[0][1]
+    if not first.startswith(("I ", "LM_SCORE")):  # "The model ..." -> "the model ..."
+        first = first[:1].lower() + first[1:]
     total = len(failures) + scored
     if not scored:
-        head = f"None of the {plural(total, 'LM_SCORE value')} could be scored (the first: {first})"
+        head = f"None of the {plural(total, 'LM_SCORE value')} could be scored"
     else:
-        head = (
-            f"{len(failures)} of {plural(total, 'LM_SCORE value')} could not be scored (the "
-            f"first: {first})"
-        )
-    if changed:
-        return head + "; the statement changed nothing, and --errors lists them."
-    return head + "; they are NULL in the result, and --errors lists them."
+        head = f"{len(failures)} of {plural(total, 'LM_SCORE value')} could not be scored"
+    fate = "the statement changed nothing" if changed else "they are NULL in the result"
+    return f"{head}; {fate}, and --errors lists them; the first: {first}"
 
 
 class SqlScorer:
@@ -299,7 +297,7 @@ def open_scorer(
         if not own_endpoint(settings, keys):
             from daemon.api import command_backend
 
-            backend = command_backend(settings, say=say)
+            backend = command_backend(settings, say=lambda line: None)  # said below
         config = resolve(settings, dotenv=keys, notes=notes, backend=backend)
     except BaseException:
         if backend is not None:
@@ -310,10 +308,12 @@ def open_scorer(
         line = f"lmd: asking {shown_url(config.endpoint)}, model {config.model} " + (
             f"({config.endpoint_source} is set)."
         )
-        if say is None:
-            print(line, file=sys.stderr)
-        else:
-            say(line)
+    else:  # named with the model asked for (lm_score_model, MODEL in ./.env)
+        line = f"lmd: asking {backend.describe(config.model)}."
+    if say is None:
+        print(line, file=sys.stderr)
+    else:
+        say(line)
     for note in notes:
         print(f"lmd: {note}", file=sys.stderr)
     llm = backend.client(config.model) if backend is not None else None

@@ -124,8 +124,11 @@ def test_a_failed_score_is_reported_with_the_rows_never_as_data(backend, db, cap
             )
     e = failed.value
     assert e.rows == [(1, 7), (2, 7), (3, 7), (4, None), (5, 7)]
-    assert e.message.startswith("1 of 5 LM_SCORE values could not be scored (the first: The ")
-    assert e.message.endswith("; they are NULL in the result, and --errors lists them.")
+    assert e.message == (
+        "1 of 5 LM_SCORE values could not be scored; they are NULL in the result, and --errors "
+        "lists them; the first: the model did not answer with a score from 0 to 10 (it said: "
+        "'I cannot answer'); rephrase the question or try another model."
+    )
     assert [args for args, _ in e.failures] == [("item 3", "Is it?")]
     assert "did not answer with a score" in e.failures[0][1]
     assert "is NULL: The model did not answer with a score" in caplog.text
@@ -223,7 +226,10 @@ def test_lmd_sql_says_how_many_scores_failed_and_exits_1(backend, db, home):
     assert out.exit_code == 1
     assert out.stdout.splitlines() == ["id\ts", "1\t8", "2\tNULL", "3\t8"]
     last = out.stderr.splitlines()[-1]
-    assert last.startswith("1 of 3 LM_SCORE values could not be scored (the first: The model")
+    assert last.startswith(
+        "1 of 3 LM_SCORE values could not be scored; they are NULL in the result, and --errors "
+        "lists them; the first: the model did not answer"
+    )
     assert "LM_SCORE('item 1'" not in out.stderr  # only on request
     out = lmd("sql", db, query, "--home", home, "--errors", "--json")
     assert out.exit_code == 1
@@ -241,8 +247,9 @@ def test_lmd_sql_with_no_score_at_all_says_none_could_be(backend, db, home):
     assert out.exit_code == 1
     assert out.stdout.splitlines() == ["LM_SCORE(name, 'Is it?')", "NULL", "NULL"]
     assert out.stderr.splitlines()[-1].startswith(
-        "None of the 2 LM_SCORE values could be scored (the first: I could not reach the "
-        "scoring model at http://127.0.0.1:9/v1"
+        "None of the 2 LM_SCORE values could be scored; they are NULL in the result, and "
+        "--errors lists them; the first: I could not reach the scoring model at "
+        "http://127.0.0.1:9/v1"
     )
 
 
