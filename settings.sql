@@ -209,10 +209,10 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_initial', '1000.0');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_bootstrap_rounds', '1000');
 -- Seed of the bootstrap; -1 draws a fresh one each time. Allowed: a whole number of at least -1.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_seed', '42');
--- Model that judges battles (a models-file name). Allowed: any text.
-INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_judge_model', 'gpt-4');
+-- Model that judges battles (a models-file name); empty: the backend's own model. Allowed: any text.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_judge_model', '');
 -- Models file; empty means LMD_HOME/elo_models.yaml. Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_models_file', '');
--- Backend calls in flight when answering or judging. Allowed: a whole number from 1 to 256.
-INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_concurrency', '8');
+-- Backend calls in flight when answering or judging; 0: what the backend serves (batch_concurrency). Allowed: a whole number from 0 to 256.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_concurrency', '0');
 -- [[[end]]]

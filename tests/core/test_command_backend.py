@@ -242,3 +242,29 @@ def test_old_cache_rows_without_a_model_identity_are_not_served(backend, home):
     rows = db.execute("SELECT identity, score FROM lm_score_cache").fetchall()
     db.close()
     assert rows == [(backend.url, 9)]
+
+
+def test_on_the_embedded_model_a_command_never_files_its_answers_under_another_name(tmp_path):
+    """The embedded model answers whatever model id is sent: asked for another model by
+    name, a command refuses in one sentence before any request, rather than write SmolLM2's
+    answers, verdicts or ratings under that name."""
+    home = embedded_home(tmp_path)
+    (tmp_path / "questions.csv").write_text("question\nWhat is 2 + 2?\n")
+    (tmp_path / "data.jsonl").write_text('{"instruction": "Add 2 and 2.", "output": "4"}\n')
+    env = {"LMD_URL": nobody_listens()}
+    ran = lmd_in_process("elo", "answer", str(tmp_path / "questions.csv"), "-m", "vicuna-13b",
+                         "-o", str(tmp_path / "qa.csv"), "--home", str(home), env=env)  # fmt: skip
+    assert ran.returncode == 1
+    assert ran.stderr.strip().startswith("The model vicuna-13b is not in the models file ")
+    assert ran.stderr.strip().endswith(
+        f", and the embedded model answers only as {ALIAS}: name {ALIAS}, or add vicuna-13b "
+        "with its server to the models file (docs/elo.md)."
+    )
+    assert not (tmp_path / "qa.csv").exists()
+    ran = lmd_in_process("selectit", str(tmp_path / "data.jsonl"), "--model", "gpt-4",
+                         "--home", str(home), env=env)  # fmt: skip
+    assert ran.returncode == 1
+    assert ran.stderr.strip() == (
+        f"The embedded model {ALIAS} answers here, not gpt-4: drop --model (or selectit_model), "
+        "or configure a server that serves gpt-4."
+    )
