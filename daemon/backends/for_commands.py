@@ -101,7 +101,7 @@ class CommandBackend:
                 f"({self.why})"
             )
         return (
-            f"the embedded model {self.model}, run for this command as needed ({self.why}; "
+            f"the embedded model {self.model}, run for the command as needed ({self.why}; "
             "`lmd serve` keeps it running between commands)"
         )
 

@@ -115,7 +115,7 @@ def test_with_nothing_configured_a_command_runs_the_embedded_model_and_stops_it(
     assert ran.returncode in (0, 1), ran.stderr
     first = ran.stderr.splitlines()[0]
     assert first == (
-        f"lmd: asking the embedded model {ALIAS}, run for this command as needed (no backend "
+        f"lmd: asking the embedded model {ALIAS}, run for the command as needed (no backend "
         "is configured; `lmd serve` keeps it running between commands)."
     )
     assert list(scratch.iterdir()) == []  # the server stopped and its folder went with it
