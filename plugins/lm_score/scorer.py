@@ -14,7 +14,7 @@ from daemon.api import BackendError, LmdError
 from .aggregate import aggregate
 from .cache import ScoreCache, cache_key
 from .config import ScoreConfig
-from .logprob import expected_score
+from .logprob import expected_score, rated_position
 from .parse import parse_score
 from .prompt import THINK_PREFILL, prompt_for
 
@@ -458,7 +458,9 @@ class Scorer:
                 (t.token, t.logprob, [(a.token, a.logprob) for a in (t.top_logprobs or [])])
                 for t in content
             ]
-            found = expected_score(tokens)
+            # only where the reply is a rating (the text method's guards), at its score
+            at = rated_position(tokens)
+            found = expected_score(tokens, at) if at is not None else None
             if found is not None:
                 return ScoreResult(
                     score=found.score,
@@ -476,7 +478,7 @@ class Scorer:
         if what.startswith("rephrase"):
             what = "rephrase the question or use the text method."
         raise NoScore(
-            f"The model did not start its answer with a score from 0 to 10 (it said: "
+            f"The model did not answer with a score from 0 to 10 (it said: "
             f"{_quote(raw[-1])}); " + what,
             detail={"raw": raw},
         )
