@@ -472,11 +472,11 @@ def run_checks(home: Path, offline: bool = False, environ: dict | None = None) -
     findings.append(check_token(home, env))
     if not offline:
         findings.append(check_daemon(env))
-        if settings_ok:
-            findings.append(check_commands(settings, env))
         capabilities = check_capabilities(env) if findings[-1].status == OK else None
         if capabilities is not None:
             findings.append(capabilities)
+        if settings_ok:
+            findings.append(check_commands(settings, env))
     return findings
 
 

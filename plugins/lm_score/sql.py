@@ -167,7 +167,7 @@ class SqlScorer:
             if isinstance(result, LmdError):
                 self.known[key] = None
                 self.failures[key] = result.message
-                log.warning("LM_SCORE%s is NULL: %s", _short(args[key]), result.message)
+                log.info("LM_SCORE%s is NULL: %s", _short(args[key]), result.message)
             else:
                 self.known[key] = result.score
 

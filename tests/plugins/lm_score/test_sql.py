@@ -117,7 +117,7 @@ def test_a_failed_score_is_reported_with_the_rows_never_as_data(backend, db, cap
     )
     handle = sql_scorer(backend)
     conn = sqlite3.connect(db)
-    with caplog.at_level(logging.WARNING, logger="lmd.lm_score"):
+    with caplog.at_level(logging.INFO, logger="lmd.lm_score"):
         with pytest.raises(ScoreFailures) as failed:
             handle.query(
                 conn, "SELECT id, LM_SCORE(name, 'Is it?') FROM items WHERE id <= 5 ORDER BY id"
