@@ -268,3 +268,36 @@ def test_on_the_embedded_model_a_command_never_files_its_answers_under_another_n
         f"The embedded model {ALIAS} answers here, not gpt-4: drop --model (or selectit_model), "
         "or configure a server that serves gpt-4."
     )
+
+
+def test_a_plugins_command_asks_the_same_backend_through_the_public_api(backend, home):
+    """A third-party command uses daemon.api.command_backend as the built-in ones do."""
+    import asyncio
+
+    import click
+    from click.testing import CliRunner
+
+    from daemon.api import command_backend, open_daemon_state
+
+    @click.command()
+    def ask() -> None:
+        _, store, settings = open_daemon_state(home)
+        store.close()
+        with command_backend(settings) as lmd:
+
+            async def go() -> str:
+                llm = lmd.client()
+                try:
+                    return await llm.chat([{"role": "user", "content": "Say hello."}])
+                finally:
+                    await llm.close()
+
+            click.echo(asyncio.run(go()))
+
+    backend.handler = lambda body: "hello"
+    done = CliRunner().invoke(ask, catch_exceptions=False)
+    assert done.stderr == (
+        f"lmd: asking {backend.url}, model fake-model (openai_chat_endpoint is set).\n"
+    )
+    assert done.stdout == "hello\n"
+    assert backend.chat_requests[-1]["model"] == "fake-model"
