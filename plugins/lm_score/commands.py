@@ -39,8 +39,11 @@ def score(
     from daemon.api import LmdError
 
     if via_daemon:
+        from daemon.api import daemon_url
+
         from .client import ClientError, lm_score_result
 
+        click.echo(f"lmd: asking the daemon at {daemon_url(url)} (its backend scores).", err=True)
         try:
             result = lm_score_result(list(parts), url=url, cache=not no_cache)
         except ClientError as e:
