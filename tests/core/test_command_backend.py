@@ -186,6 +186,26 @@ def test_a_running_daemon_s_embedded_model_answers_commands_through_the_daemon(t
             assert json.loads(ran.stdout)["model"] == ALIAS
         # the request reached the daemon's own server, through its relay
         assert log.read_text().count("POST /v1/chat/completions") > before
+        # a streamed answer comes through as it is made, to its end
+        from daemon.api import command_backend, open_daemon_state
+
+        _, store, settings = open_daemon_state(home)
+        store.close()
+        with command_backend(settings, say=lambda line: None, daemon=d.url) as lmd:
+            assert lmd.kind == "daemon"
+
+            async def streamed() -> list[str]:
+                llm = lmd.client()
+                try:
+                    ask = [{"role": "user", "content": "Count to five."}]
+                    return [piece async for piece in llm.stream(ask, max_tokens=8)]
+                finally:
+                    await llm.close()
+
+            import asyncio
+
+            pieces = asyncio.run(streamed())
+        assert len(pieces) > 1 and "".join(pieces).strip()
     finally:
         d.stop()
         d.log.close()
