@@ -218,7 +218,10 @@ class Daemon:
                 client.before_call = embedded.wait_ready
                 client.unreachable = lambda url=url: embedded.unreachable(url)
                 # the model file, not the port: caches (capabilities, scores) follow the model
-                client.identity = embedded_identity(embedded.model_path)
+                try:
+                    client.identity = embedded_identity(embedded.model_path)
+                except OSError:  # no such file: the supervisor says so to every request
+                    client.identity = f"embedded:{embedded.model_path}"
         client.capability_overrides = s["backend_capabilities"]
         client.batch_concurrency = s["batch_concurrency"]
         return client

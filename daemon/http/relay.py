@@ -40,13 +40,14 @@ async def embedded(request: Request) -> Response:
     from daemon.backends.for_commands import embedded_identity
 
     sup = _supervisor(request)
-    return JSONResponse(
-        {
-            "model": sup.alias,
-            "identity": embedded_identity(sup.model_path),
-            "file": sup.model_path.name,
-        }
-    )
+    try:
+        identity = embedded_identity(sup.model_path)
+    except OSError as e:
+        raise LmdError(
+            f"The embedded model's file cannot be read ({e.strerror}); run `lmd doctor`.",
+            status=503,
+        ) from None
+    return JSONResponse({"model": sup.alias, "identity": identity, "file": sup.model_path.name})
 
 
 async def relay(request: Request) -> Response:
