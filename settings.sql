@@ -46,6 +46,8 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('llm_max_retries', '2');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('backend_capabilities', '{}');
 -- The OS bash commands are written for. Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('system', 'Ubuntu 22.04');
+-- Requests a batch job (LM_SCORE over rows, SelectIT, the arena) sends at once; 0 learns what the backend serves in parallel (4 until it knows). Allowed: a whole number from 0 to 256.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('batch_concurrency', '0');
 -- Mode used when no directive applies (one of the registered modes). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('default_prompt', 'dali');
 -- Idle seconds before a session resets. Allowed: a whole number of at least 0. Protected.
@@ -152,8 +154,8 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_model', '');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_endpoint', '');
 -- text (the model writes the score) or logprob (expected score from logprobs). Allowed: one of text, logprob.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_method', 'text');
--- Most scoring calls in flight at once. Allowed: a whole number from 1 to 256.
-INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_concurrency', '8');
+-- Most scoring calls in flight at once; 0: what the backend serves (batch_concurrency). Allowed: a whole number from 0 to 256.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_concurrency', '0');
 -- One call at a time (servers without batching). Allowed: true or false (also yes/no, t/f, on/off).
 INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_sequential', 'false');
 -- Ask for an ensemble in one call with n. Allowed: true or false (also yes/no, t/f, on/off).
@@ -176,7 +178,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_constrain', 'true
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_backend', 'openai');
 -- OpenAI backend: completions (raw prompt, base models) or chat (instruct models). Allowed: one of completions, chat.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_api', 'completions');
--- Model id (openai; empty = openai_model) or local model (transformers; empty = meta-llama/Llama-3.1-8B). Allowed: any text. Protected.
+-- Model id (openai; empty = the backend's model) or local model (transformers; empty = meta-llama/Llama-3.1-8B). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_model', '');
 -- Rating-prompt file, one template per line (empty = the built-in prompts). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_rp_file', '');
@@ -188,8 +190,8 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_alpha', '0.2');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_max_length', '2048');
 -- Samples per forward pass (transformers backend). Allowed: a whole number from 1 to 4096.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_batch_size', '8');
--- Requests in flight at once (openai backend). Allowed: a whole number from 1 to 256.
-INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_concurrency', '32');
+-- Requests in flight at once (openai backend); 0: what the backend serves (batch_concurrency). Allowed: a whole number from 0 to 256.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_concurrency', '0');
 -- How many top logprobs to ask the server for (it is lowered if the server refuses). Allowed: a whole number from 1 to 100.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_top_logprobs', '20');
 -- Torch device for the transformers backend (auto = cuda when available, else cpu). Allowed: any text.
@@ -212,12 +214,12 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_initial', '1000.0');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_bootstrap_rounds', '1000');
 -- Seed of the bootstrap; -1 draws a fresh one each time. Allowed: a whole number of at least -1.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_seed', '42');
--- Model that judges battles (a models-file name). Allowed: any text.
-INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_judge_model', 'gpt-4');
+-- Model that judges battles (a models-file name); empty: the backend's own model. Allowed: any text.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_judge_model', '');
 -- Models file; empty means LMD_HOME/elo_models.yaml. Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_models_file', '');
--- Backend calls in flight when answering or judging. Allowed: a whole number from 1 to 256.
-INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_concurrency', '8');
+-- Backend calls in flight when answering or judging; 0: what the backend serves (batch_concurrency). Allowed: a whole number from 0 to 256.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_concurrency', '0');
 -- [[[end]]]
 
 -- Which values you chose, and which defaults lmd wrote (daemon/defaults.py).

@@ -129,6 +129,9 @@ _GROUPS: dict[str, dict[str, str]] = {
         "stored_cache": "daemon.backends.capabilities",
         "action_protocol": "daemon.backends.protocols",
         "choose_backend": "daemon.backends.choice",
+        "command_backend": "daemon.backends.for_commands",
+        "CommandBackend": "daemon.backends.for_commands",
+        "batch_concurrency": "daemon.backends.concurrency",
     },
     # Approvals and MCP tools: who may say yes, and the MCP servers the user configured.
     "Approvals and MCP": {
@@ -244,6 +247,9 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "stored_cache",
     "action_protocol",
     "choose_backend",
+    "command_backend",
+    "CommandBackend",
+    "batch_concurrency",
     "approval_allowed",
     "approval_fingerprint",
     "mcp_hub",
@@ -296,6 +302,8 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.backends import tokens
     from daemon.backends.capabilities import Capabilities, stored_cache
     from daemon.backends.choice import choose_backend
+    from daemon.backends.concurrency import batch_concurrency
+    from daemon.backends.for_commands import CommandBackend, command_backend
     from daemon.backends.llm import LLM, NO_KEY, api_key, base_url, endpoint_from, shown_url
     from daemon.backends.protocols import action_protocol
     from daemon.cli import add_history_listing, fail, home_option, open_daemon_state

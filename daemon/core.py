@@ -204,6 +204,8 @@ class Daemon:
         s = settings or self.settings()
         embedded = self.embedded_server(s) if choose_backend(s).embedded else None
         if embedded is not None:
+            from daemon.backends.for_commands import embedded_identity
+
             url, key, model = embedded.url, embedded.key, embedded.alias
         else:
             url, key, model = endpoint_from(s), api_key(), s["openai_model"]
@@ -215,8 +217,13 @@ class Daemon:
             if embedded is not None:
                 client.before_call = embedded.wait_ready
                 client.unreachable = lambda url=url: embedded.unreachable(url)
-                client.identity = f"embedded:{embedded.model_path}"
+                # the model file, not the port: caches (capabilities, scores) follow the model
+                try:
+                    client.identity = embedded_identity(embedded.model_path)
+                except OSError:  # no such file: the supervisor says so to every request
+                    client.identity = f"embedded:{embedded.model_path}"
         client.capability_overrides = s["backend_capabilities"]
+        client.batch_concurrency = s["batch_concurrency"]
         return client
 
     def history_budget(self, settings: Settings) -> int:

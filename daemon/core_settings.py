@@ -281,6 +281,15 @@ CORE_SETTINGS = [
         shapes=("prompt",),  # every marat prompt names it
     ),
     Setting(
+        "batch_concurrency",
+        0,
+        "int",
+        "Requests a batch job (LM_SCORE over rows, SelectIT, the arena) sends at once; 0 "
+        "learns what the backend serves in parallel (4 until it knows).",
+        min=0,
+        max=256,
+    ),
+    Setting(
         "default_prompt",
         "dali",
         "str",

@@ -224,10 +224,12 @@ class Hub:
 
     async def _run(self, server: Server, max_tools: int) -> None:
         """Connect, list the tools, then hold the connection until told to stop."""
-        from mcp import Client
-
         name = server.config.name
         try:
+            # inside the try: without the SDK the start fails at once with the sentence
+            # naming the package, not a start timeout 20 seconds later
+            from mcp import Client
+
             async with Client(self._transport(server), mode="auto") as client:
                 server.client = client
                 listed = await _list_tools(client)
@@ -402,7 +404,10 @@ def _sentence(name: str, e: BaseException) -> str:
     while isinstance(e, BaseExceptionGroup) and e.exceptions:
         e = e.exceptions[0]
     if isinstance(e, ModuleNotFoundError) and (e.name or "").startswith("mcp"):
-        return f"The MCP server {name} needs the mcp package: pip install 'lmd[mcp]'."
+        return (
+            f"The MCP server {name} needs the mcp package, which is not installed: run `make "
+            "run` again (it installs it), or pip install 'lmd[mcp]'."
+        )
     if isinstance(e, FileNotFoundError):
         return f"The MCP server {name} could not start: its command was not found."
     if isinstance(e, PermissionError):

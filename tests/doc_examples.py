@@ -5,8 +5,9 @@ is a test item named by its page and line, e.g. `docs/knob.md::line:5,column:1`.
 How a page runs (one set-up per page, shared by its blocks, in order):
 
 - Its home: a temporary directory that is $HOME and the working directory, so `~` and the
-  default LMD_HOME (~/.local/share/lmd) are the test's own. The files the examples name
-  (company.db, alpaca.jsonl, questions.csv, ...) are made there, small.
+  default LMD_HOME (~/.local/share/lmd) are the test's own. The checkout's examples/ folder
+  (company.db, alpaca.jsonl, questions.csv, ...: the files the examples name) is copied there,
+  as a user runs the examples from the checkout.
 - Its model: the stand-in backend (tests/fake_backend.py), configured in that LMD_HOME.
 - Its daemon: a live `lmd serve` of the page's own on a free port, started by the first block
   that runs (forked warm, like `lmd` below; a LiveDaemon with LMD_DOCS_COLD=1). The docs'
@@ -44,7 +45,6 @@ import os
 import re
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -303,32 +303,9 @@ def teardown_page(namespace: dict) -> None:
 
 
 def make_fixtures(work: Path) -> None:
-    """Small stand-ins for the files the examples name."""
-    db = sqlite3.connect(work / "company.db")
-    db.executescript(
-        """
-        CREATE TABLE emails (id INTEGER PRIMARY KEY, email TEXT, subject TEXT, body TEXT);
-        INSERT INTO emails VALUES (1, 'ann@example.com', 'Invoice 12', 'Please pay by Friday.'),
-                                  (2, 'bob@example.com', 'Lunch', 'Meet at noon?');
-        CREATE TABLE invoices (id INTEGER PRIMARY KEY, customer TEXT, product TEXT,
-                               amount REAL, description TEXT);
-        INSERT INTO invoices VALUES (1, 'Acme', 'CRM licence', 14000, 'Yearly software licence'),
-                                    (2, 'Initech', 'Chairs', 900, 'Office chairs');
-        """
-    )
-    db.commit()
-    db.close()
-    rows = [
-        {"instruction": "Add 2 and 2.", "input": "", "output": "4"},
-        {"instruction": "Name a prime.", "input": "", "output": "7"},
-        {"instruction": "Say hi.", "input": "", "output": "Hi."},
-    ]
-    (work / "alpaca.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (work / "questions.csv").write_text(
-        # (the arena's parts split by question: 1 and 2 fall in part 1 of 2, 3 in part 2)
-        "question_id,question\n1,What is the capital of France?\n2,Name a prime number.\n"
-        "3,Who wrote Hamlet?\n"
-    )
+    """The files the examples name: the checkout's examples/ folder (its sample database,
+    datasets and questions), where a user running the docs from the checkout finds it."""
+    shutil.copytree(ROOT / "examples", work / "examples")
     # the home is a git repository (cobol works in one)
     git = ["git", "-c", "user.name=Me", "-c", "user.email=me@example.com"]
     subprocess.run([*git, "init", "-q", "-b", "main"], cwd=work, check=True)

@@ -84,6 +84,7 @@ class LLM:
         self.unreachable: Callable[[], str | None] | None = None
         self.identity = url
         self.context_window: int | None = None  # learnt from a context-length refusal
+        self.batch_concurrency = 0  # the batch_concurrency setting (daemon.backends.concurrency)
         self._counting = False  # the server's tokenizer is lmd's token counter
 
     @property

@@ -23,7 +23,7 @@ from starlette.routing import Route
 from daemon import __version__, karma
 from daemon.core import Daemon, route_keys
 from daemon.errors import LmdError
-from daemon.http import backend
+from daemon.http import backend, relay
 from daemon.http.guard import Guard, same_user, token_presented
 from daemon.http.turn import Outcome, TurnReply
 from daemon.settings import SettingError, refuse_if_protected
@@ -427,6 +427,8 @@ def create_app(
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/backend", backend.backend, methods=["GET"]),
         Route("/backend/probe", backend.backend_probe, methods=["POST"]),
+        Route("/backend/embedded", relay.embedded, methods=["GET"]),
+        Route("/backend/embedded/{path:path}", relay.relay, methods=["GET", "POST"]),
         Route("/rules", rule_routes.rules_list, methods=["GET"]),
         Route("/rules", rule_routes.rules_add, methods=["POST"]),
         Route("/rules/{id}", rule_routes.rules_remove, methods=["DELETE"]),

@@ -240,6 +240,29 @@ def core_paths(setting_names: list[str]) -> dict[str, dict]:
                 "responses": {"200": _json("Endpoint, model, capabilities and the probe's notes.")},
             }
         },
+        "/backend/embedded": {
+            "get": {
+                "summary": "The embedded model this daemon serves (lmd's commands ask it here).",
+                "responses": {
+                    "200": _json("The model's name, its file's identity and file name."),
+                    "404": _error("This daemon's backend is not the embedded model."),
+                },
+            }
+        },
+        "/backend/embedded/{path}": {
+            method: {
+                "summary": "Forward a request to the embedded model server's PATH (owner only).",
+                "parameters": [
+                    {"name": "path", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": {"description": "The model server's answer, as it sends it."},
+                    "404": _error("This daemon's backend is not the embedded model."),
+                    "502": _error("The embedded model server failed."),
+                },
+            }
+            for method in ("get", "post")
+        },
         "/openapi.json": {
             "get": {
                 "summary": "This description.",

@@ -404,6 +404,21 @@ def check_daemon(environ: dict) -> Finding:
     )
 
 
+def check_commands(settings: Any, environ: dict) -> Finding:
+    """Which backend lmd's own commands ask (lmd score, sql, selectit, elo): the one lmd
+    serve would use, through a running daemon where it serves the embedded model."""
+    from daemon.api import LmdError, command_backend
+
+    try:
+        with command_backend(
+            settings, say=lambda line: None, environ=environ, daemon=environ.get("LMD_URL")
+        ) as backend:  # nothing starts: an embedded model would start on a first request
+            pass
+    except LmdError as e:
+        return Finding("commands", FAIL, e.message)
+    return Finding("commands", OK, f"lmd score, sql, selectit and elo ask {backend.describe()}.")
+
+
 def check_plugins(pm: Any) -> Finding:
     from importlib.metadata import entry_points
 
@@ -462,6 +477,8 @@ def run_checks(home: Path, offline: bool = False, environ: dict | None = None) -
         capabilities = check_capabilities(env) if findings[-1].status == OK else None
         if capabilities is not None:
             findings.append(capabilities)
+        if settings_ok:
+            findings.append(check_commands(settings, env))
     return findings
 
 

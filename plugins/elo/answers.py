@@ -33,7 +33,7 @@ def merge(base: QA, other: QA) -> QA:
 def answer_questions(
     qa: QA,
     endpoint: Endpoint,
-    concurrency: int = 8,
+    concurrency: int = 0,
     save: Callable[[QA], None] | None = None,
     system: str = "",
 ) -> AnswerRun:
@@ -49,6 +49,10 @@ async def _answer(
     todo = [q for q in qa.questions if not qa.answer(endpoint.name, q).strip()]
     run = AnswerRun(asked=len(todo))
     llm = endpoint.client()
+    if not concurrency:  # as many as the backend serves
+        from daemon.api import batch_concurrency
+
+        concurrency = await batch_concurrency(llm)
 
     def job(question: str):
         messages = [{"role": "user", "content": question}]

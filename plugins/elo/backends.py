@@ -7,8 +7,9 @@ The models file (YAML or JSON) maps a model's name to its OpenAI-compatible endp
       model: lmsys/vicuna-13b-v1.5     # id sent to the server (default: the name)
       api_key_env: VICUNA_API_KEY      # environment variable holding the key (optional)
 
-A name not in the file uses the daemon's own endpoint (openai_chat_endpoint) with the name
-as the model id.
+A name not in the file is asked of the backend `lmd serve` would use (daemon.api.
+command_backend: a configured server, with the name as the model id; else the embedded model,
+which answers only under its own name). An empty name is that backend's own model.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ class Endpoint:
     api_key_env: str = ""
     timeout: float = 60.0
     retries: int = 2
+    backend: Any = None  # lmd's backend (a CommandBackend) for a name not in the models file
 
     def api_key(self) -> str:
         if self.api_key_env:
@@ -48,6 +51,8 @@ class Endpoint:
     def client(self) -> Any:
         from daemon.api import LLM
 
+        if self.backend is not None:
+            return self.backend.client(self.model, timeout=self.timeout)
         return LLM(self.base_url, self.api_key(), self.timeout, self.retries, self.model)
 
 
@@ -80,16 +85,24 @@ def load_models_file(path: str | Path | None) -> dict[str, dict]:
     return data
 
 
-def resolve(name: str, settings: Any, models_file: str | Path | None = None) -> Endpoint:
-    """The endpoint of model `name`: from the models file, else the daemon's endpoint."""
-    from daemon.api import default_home, endpoint_from
+def resolve(
+    name: str,
+    settings: Any,
+    models_file: str | Path | None = None,
+    backend: Callable[[str], Any] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Endpoint:
+    """The endpoint of model `name`: from the models file, else lmd's backend (`backend(name)`,
+    the command's CommandBackend, opened only then). A line to `say` (the backend's getter
+    says it for lmd's backend; default stderr) names it."""
+    from daemon.api import default_home, shown_url
 
     path = models_file or settings["elo_models_file"] or default_home() / "elo_models.yaml"
     table = load_models_file(path)
     timeout, retries = settings["llm_timeout_secs"], settings["llm_max_retries"]
-    if name in table:
+    if name and name in table:
         entry = table[name]
-        return Endpoint(
+        found = Endpoint(
             name,
             entry["base_url"].rstrip("/"),
             str(entry.get("model") or name),
@@ -97,7 +110,50 @@ def resolve(name: str, settings: Any, models_file: str | Path | None = None) -> 
             timeout,
             retries,
         )
-    return Endpoint(name, endpoint_from(settings), name, "", timeout, retries)
+        (say or _stderr)(
+            f"lmd: asking {shown_url(found.base_url)}, model {found.model} ({name} in the "
+            "models file)."
+        )
+        return found
+    if backend is None:
+        raise LmdError(f"The model {name} is not in the models file {path}; add it there.")
+    lmd = backend(name)
+    if not lmd.serves(name):
+        raise LmdError(
+            f"The model {name} is not in the models file {path}, and the embedded model "
+            f"answers only as {lmd.model}: name {lmd.model}, or add {name} with its server to "
+            "the models file (docs/elo.md)."
+        )
+    return Endpoint(name or lmd.model, lmd.url, name or lmd.model, "", timeout, retries, lmd)
+
+
+@contextmanager
+def lmd_backend(
+    settings: Any, say: Callable[[str], None] | None = None
+) -> Iterator[Callable[[str], Any]]:
+    """A getter of the backend lmd serve would use, opened on first need and closed at the
+    end (an embedded model run for the command stops); a line to `say` (default stderr)
+    names it with each model asked of it."""
+    opened: list[Any] = []
+
+    def get(name: str) -> Any:
+        if not opened:
+            from daemon.api import command_backend
+
+            opened.append(command_backend(settings, model=name or None, say=say or _stderr))
+        else:
+            (say or _stderr)(f"lmd: asking {opened[0].describe(name or None)}.")
+        return opened[0]
+
+    try:
+        yield get
+    finally:
+        for b in opened:
+            b.close()
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 async def run_all(

@@ -277,15 +277,33 @@ def answer(
     """Ask MODEL every question it has not answered yet; resumable."""
     from daemon.api import parse_shard
 
-    from .answers import answer_questions, merge
-    from .backends import resolve
-    from .files import read_qa, read_question_source, write_qa
-    from .shards import answer_record, check_single_output, only_part, start_part
+    from .backends import lmd_backend, resolve
+    from .files import read_question_source
 
     part = parse_shard(shard)
     settings = load_settings(home)
     given = read_question_source(questions_file, lambda said: click.echo(said, err=True))
-    endpoint = resolve(model, settings, models_file)
+    said: list[str] = []  # the backend's line, said once the files are found sound
+    with lmd_backend(settings, said.append) as backend:
+        endpoint = resolve(model, settings, models_file, backend, said.append)
+        _answer(questions_file, endpoint, output, concurrency, system, part, given, settings, said)
+
+
+def _answer(
+    questions_file: Path,
+    endpoint: Any,
+    output: Path,
+    concurrency: int | None,
+    system: str,
+    part: Any,
+    given: Any,
+    settings: Any,
+    said: list[str],
+) -> None:
+    from .answers import answer_questions, merge
+    from .files import read_qa, write_qa
+    from .shards import answer_record, check_single_output, only_part, start_part
+
     if part is None:
         check_single_output(output)
     else:
@@ -295,6 +313,8 @@ def answer(
     if output.exists() and output.resolve() != Path(questions_file).resolve():
         # a part's own earlier output (start_part writes its header): it may own no question
         qa = merge(read_qa(output, allow_empty=part is not None), given)
+    for line in said:
+        click.echo(line, err=True)
     run = answer_questions(
         qa,
         endpoint,
@@ -304,7 +324,8 @@ def answer(
     )
     where = f" (part {part})" if part else ""
     click.echo(
-        f"{model} answered {run.answered} of {plural(run.asked, 'question')}{where}.", err=True
+        f"{endpoint.name} answered {run.answered} of {plural(run.asked, 'question')}{where}.",
+        err=True,
     )
     if run.failures:
         question, why = run.failures[0]
@@ -349,20 +370,43 @@ def judge(
     is_valid. Two verdicts that disagree make a tie; --one-order asks once."""
     from daemon.api import parse_shard
 
-    from .backends import resolve
-    from .checks import family_warning
-    from .files import check_arrangement, read_qa, read_table, write_table
-    from .judge import GPT4_PROMPT, ORDER_COLUMNS, judge_rows, pending_orders
-    from .rows import columns_of, full_rows, judged_only, resume_rows
-    from .shards import check_single_output, judge_record, only_battles_of, start_part
+    from .backends import lmd_backend, resolve
+    from .files import check_arrangement, read_table
+    from .judge import GPT4_PROMPT
 
-    both = not one_order
     part = parse_shard(shard)
     settings = load_settings(home)
     prompt = read_prompt(prompt_file) if prompt_file else GPT4_PROMPT
     table = read_table(battles_file)
     check_arrangement(table)
-    endpoint = resolve(judge_model or settings["elo_judge_model"], settings, models_file)
+    said: list[str] = []  # the backend's line, said once the files are found sound
+    with lmd_backend(settings, said.append) as backend:
+        name = settings["elo_judge_model"] if judge_model is None else judge_model
+        endpoint = resolve(name, settings, models_file, backend, said.append)
+        _judge(battles_file, output, qa_file, endpoint, concurrency, prompt, one_order, part, table,
+               settings, said)  # fmt: skip
+
+
+def _judge(
+    battles_file: Path,
+    output: Path,
+    qa_file: Path | None,
+    endpoint: Any,
+    concurrency: int | None,
+    prompt: str,
+    one_order: bool,
+    part: Any,
+    table: Any,
+    settings: Any,
+    said: list[str],
+) -> None:
+    from .checks import family_warning
+    from .files import read_qa, write_table
+    from .judge import ORDER_COLUMNS, judge_rows, pending_orders
+    from .rows import columns_of, full_rows, judged_only, resume_rows
+    from .shards import check_single_output, judge_record, only_battles_of, start_part
+
+    both = not one_order
     if part is None:
         check_single_output(output)
     else:
@@ -379,6 +423,8 @@ def judge(
         todo = [i for i, r in enumerate(rows) if False in pending_orders(r, both)]
         swapped_todo = [i for i, r in enumerate(rows) if True in pending_orders(r, both)]
     columns = columns_of(rows)
+    for line in said:
+        click.echo(line, err=True)
 
     def save() -> None:
         write_table(output, columns, earlier + judged_only(rows))
@@ -489,11 +535,11 @@ def ablation(
 ) -> None:
     """Re-judge with answers A and B swapped; report agreement and position bias."""
     refuse_overwrite(consistent_out, force, "--force")
-    from .backends import resolve
+    from .backends import lmd_backend
     from .files import is_valid, read_table, write_table
-    from .judge import consistency, judge_rows
+    from .judge import consistency
     from .ratings import normalise_winner
-    from .rows import columns_of, judged_only, resume_rows
+    from .rows import columns_of
 
     settings = load_settings(home)
     table = read_table(judged_file)
@@ -525,21 +571,9 @@ def ablation(
     for i, r in enumerate(original):
         name = judge_model or r.get("judge") or settings["elo_judge_model"]
         by_judge.setdefault(name, []).append(i)
-    failures = 0
-    for name, indexes in by_judge.items():
-        endpoint = resolve(name, settings, models_file)
-        _, todo = resume_rows(swapped, output, endpoint.name)
-        wanted = set(indexes)
-        todo = [i for i in todo if i in wanted]
-        run = judge_rows(
-            swapped,
-            endpoint,
-            todo,
-            concurrency or settings["elo_concurrency"],
-            (lambda: write_table(output, columns, judged_only(swapped))) if output else None,
-            swapped=True,
-        )
-        failures += len(run.failures)
+    with lmd_backend(settings) as backend:
+        failures = _rejudge(by_judge, swapped, output, columns, settings, models_file,
+                            concurrency, backend)  # fmt: skip
     pairs = [
         (o, s)
         for o, s in zip(original, swapped, strict=True)
@@ -555,6 +589,40 @@ def ablation(
             f"{plural(failures, 'battle')} {'was' if failures == 1 else 'were'} not re-judged; "
             "run the same command with -o to resume."
         )
+
+
+def _rejudge(
+    by_judge: dict[str, list[int]],
+    swapped: list[dict],
+    output: Path | None,
+    columns: list[str],
+    settings: Any,
+    models_file: str | None,
+    concurrency: int | None,
+    backend: Any,
+) -> int:
+    """Ask each judge its battles in the swapped order; the number that failed."""
+    from .backends import resolve
+    from .files import write_table
+    from .judge import judge_rows
+    from .rows import judged_only, resume_rows
+
+    failures = 0
+    for name, indexes in by_judge.items():
+        endpoint = resolve(name, settings, models_file, backend)
+        _, todo = resume_rows(swapped, output, endpoint.name)
+        wanted = set(indexes)
+        todo = [i for i in todo if i in wanted]
+        run = judge_rows(
+            swapped,
+            endpoint,
+            todo,
+            concurrency or settings["elo_concurrency"],
+            (lambda: write_table(output, columns, judged_only(swapped))) if output else None,
+            swapped=True,
+        )
+        failures += len(run.failures)
+    return failures
 
 
 def _print_consistency(report: dict, as_json: bool) -> None:

@@ -35,7 +35,13 @@ SETTINGS = [
     Setting(
         "elo_seed", 42, "int", "Seed of the bootstrap; -1 draws a fresh one each time.", min=-1
     ),
-    Setting("elo_judge_model", "gpt-4", "str", "Model that judges battles (a models-file name)."),
+    Setting(
+        "elo_judge_model",
+        "",
+        "str",
+        "Model that judges battles (a models-file name); empty: the backend's own model.",
+        past_defaults=("gpt-4",),  # before the backend's own model was the default (stop 36)
+    ),
     Setting(
         "elo_models_file",
         "",
@@ -46,10 +52,12 @@ SETTINGS = [
     ),
     Setting(
         "elo_concurrency",
-        8,
+        0,
         "int",
-        "Backend calls in flight when answering or judging.",
-        min=1,
+        "Backend calls in flight when answering or judging; 0: what the backend serves "
+        "(batch_concurrency).",
+        min=0,
         max=256,
+        past_defaults=(8,),  # before batch_concurrency (stop 36)
     ),
 ]

@@ -129,10 +129,10 @@ def gpt_4_completion(
     model2_answer: str,
     judge: Endpoint | None = None,
 ) -> str:
-    """The judge's raw response to one battle (any OpenAI-compatible model can judge)."""
-    endpoint = judge or default_judge()
+    """The judge's raw response to one battle (any OpenAI-compatible model can judge); by
+    default the judge elo_judge_model names, asked as `lmd elo judge` asks it."""
 
-    async def call() -> str:
+    async def call(endpoint: Endpoint) -> str:
         llm = endpoint.client()
         try:
             return await llm.chat(
@@ -141,18 +141,16 @@ def gpt_4_completion(
         finally:
             await llm.close()
 
-    return asyncio.run(call())
-
-
-def default_judge() -> Endpoint:
-    """The judge named by elo_judge_model, resolved as `lmd elo judge` would."""
+    if judge is not None:
+        return asyncio.run(call(judge))
     from daemon.api import open_daemon_state
 
-    from .backends import resolve
+    from .backends import lmd_backend, resolve
 
     _, store, settings = open_daemon_state(None)
     store.close()
-    return resolve(settings["elo_judge_model"], settings)
+    with lmd_backend(settings) as backend:
+        return asyncio.run(call(resolve(settings["elo_judge_model"], settings, None, backend)))
 
 
 async def verdict_request(llm: Any) -> dict:
@@ -290,6 +288,10 @@ async def _judge(
     await asyncio.to_thread(lambda: [language_of(q) for q in questions])
     llm = endpoint.client()
     ask = await verdict_request(llm)
+    if not concurrency:  # as many as the backend serves
+        from daemon.api import batch_concurrency
+
+        concurrency = await batch_concurrency(llm)
 
     def job(row: dict, swapped: bool):
         first, second = row["answer_a"], row["answer_b"]

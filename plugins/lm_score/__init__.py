@@ -31,9 +31,10 @@ def register_settings(register):
 
 @hookimpl
 def register_migrations(register):
-    from .cache import m001_cache
+    from .cache import m001_cache, m002_identity
 
     register("cache", m001_cache)
+    register("cache_identity", m002_identity)
 
 
 @hookimpl

@@ -1,4 +1,10 @@
-"""Scores kept in the daemon's database, keyed by everything that changes the answer."""
+"""Scores kept in the daemon's database, keyed by everything that changes the answer.
+
+The key names the model that answered: the endpoint of a server, or the embedded model's file
+(its identity, daemon.backends.for_commands), whichever process served it. Keys of lmd
+before this change named the configured endpoint and model even when the embedded model answered, so
+those rows (without an identity) are dropped by m002 and never served (their keys differ).
+"""
 
 from __future__ import annotations
 
@@ -22,9 +28,21 @@ def m001_cache(db: Any) -> None:
     )
 
 
+def m002_identity(db: Any) -> None:
+    """Rows keyed by what was configured rather than by the model that answered (a score of
+    the embedded model could be served as another model's) are dropped; rows name their
+    model's identity from now on."""
+    db.execute(f"DELETE FROM {TABLE}")
+    db.execute(f"ALTER TABLE {TABLE} ADD COLUMN identity TEXT")
+
+
+KEY_VERSION = 2  # 1: keyed by the configured endpoint, not the model that answered
+
+
 def cache_key(fingerprint: dict, prompt: str) -> str:
-    """sha256 of the config fingerprint (model, method, settings) and the exact prompt."""
-    blob = json.dumps({"v": 1, "config": fingerprint, "prompt": prompt}, sort_keys=True)
+    """sha256 of the config fingerprint (the answering model's identity, model id, method,
+    settings) and the exact prompt."""
+    blob = json.dumps({"v": KEY_VERSION, "config": fingerprint, "prompt": prompt}, sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
@@ -55,12 +73,12 @@ class ScoreCache:
             found.update((k, json.loads(r)) for k, r in rows)
         return found
 
-    def put(self, key: str, score: int, result: dict) -> None:
+    def put(self, key: str, score: int, result: dict, identity: str = "") -> None:
         with self.lock:
             self.db.execute(
-                f"INSERT OR REPLACE INTO {TABLE} (key, score, result, created_at)"
-                " VALUES (?, ?, ?, ?)",
-                [key, score, json.dumps(result), time.time()],
+                f"INSERT OR REPLACE INTO {TABLE} (key, score, result, created_at, identity)"
+                " VALUES (?, ?, ?, ?, ?)",
+                [key, score, json.dumps(result), time.time(), identity],
             )
 
     def clear(self) -> int:

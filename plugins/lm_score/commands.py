@@ -39,8 +39,11 @@ def score(
     from daemon.api import LmdError
 
     if via_daemon:
+        from daemon.api import daemon_url
+
         from .client import ClientError, lm_score_result
 
+        click.echo(f"lmd: asking the daemon at {daemon_url(url)} (its backend scores).", err=True)
         try:
             result = lm_score_result(list(parts), url=url, cache=not no_cache)
         except ClientError as e:
@@ -80,6 +83,9 @@ def score(
 @click.option("--csv", "as_csv", is_flag=True, help="Rows as CSV with a header.")
 @click.option("--no-cache", is_flag=True, help="Ask the model even for cached scores.")
 @click.option(
+    "--errors", "show_errors", is_flag=True, help="List each LM_SCORE that failed, and why."
+)
+@click.option(
     "--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a TTY)."
 )
 @click.option("--no-dotenv", is_flag=True, help="Ignore ./.env (the original project's keys).")
@@ -90,18 +96,21 @@ def sql(
     as_json: bool,
     as_csv: bool,
     no_cache: bool,
+    show_errors: bool,
     progress: bool | None,
     no_dotenv: bool,
     home: Path | None,
 ) -> None:
     """Run QUERY on the SQLite DATABASE with LM_SCORE(part, ..., question) available.
 
-    The LM_SCOREs a statement needs are collected first and scored concurrently."""
+    The LM_SCOREs a statement needs are collected first and scored concurrently. When any
+    could not be scored, it exits with status 1 and says how many (NULL in the rows; a
+    statement that writes changes nothing); --errors lists them."""
     import sqlite3
 
     from daemon.api import LmdError
 
-    from .sql import SqlScorer, open_scorer
+    from .sql import ScoreFailures, SqlScorer, open_scorer
 
     if as_json and as_csv:
         _fail("Choose one of --json and --csv.")
@@ -128,8 +137,11 @@ def sql(
         bars.append(b)
         return lambda: b.update(1)
 
+    failed: ScoreFailures | None = None
     try:
         columns, rows = handle.query(conn, query, progress=bar)
+    except ScoreFailures as e:
+        failed, columns, rows = e, e.columns, e.rows
     except LmdError as e:
         _fail(e.message)
     finally:
@@ -138,13 +150,21 @@ def sql(
         handle.close()
         conn.close()
     _print(columns, rows, as_json, as_csv)
-    if handle.failures:
-        first = next(iter(handle.failures.values()))
-        click.echo(
-            f"{len(handle.failures)} LM_SCORE value(s) are NULL because scoring failed; "
-            f"the first: {first}",
-            err=True,
-        )
+    if failed is not None:
+        if show_errors:
+            for args, why in failed.failures:
+                click.echo(f"LM_SCORE{_call(args)}: {why}", err=True)
+        _fail(failed.message)
+
+
+def _call(args: tuple) -> str:
+    """A failed call as it reads in SQL, long texts cut."""
+
+    def one(v):
+        text = repr(v.hex() if isinstance(v, bytes) else v)
+        return text if len(text) <= 60 else text[:57] + "...'"
+
+    return "(" + ", ".join(one(a) for a in args) + ")"
 
 
 def _dotenv(skip: bool) -> Path | None:

@@ -70,7 +70,13 @@ SETTINGS = [
         synonyms={"logprobs": "logprob"},
     ),
     Setting(
-        "lm_score_concurrency", 8, "int", "Most scoring calls in flight at once.", min=1, max=256
+        "lm_score_concurrency",
+        0,
+        "int",
+        "Most scoring calls in flight at once; 0: what the backend serves (batch_concurrency).",
+        min=0,
+        max=256,
+        past_defaults=(8,),  # before batch_concurrency (stop 36)
     ),
     Setting("lm_score_sequential", False, "bool", "One call at a time (servers without batching)."),
     Setting("lm_score_use_n", True, "bool", "Ask for an ensemble in one call with n."),
@@ -124,7 +130,7 @@ class ScoreConfig:
     temperature: float = 0.7
     thinking: bool = True
     thinking_strategy: str = "prefill"
-    concurrency: int = 8
+    concurrency: int = 0  # 0: batch_concurrency (what the backend serves in parallel)
     sequential: bool = False
     use_n: bool = True
     logprob_fallback: bool = False
@@ -138,10 +144,15 @@ class ScoreConfig:
     # Where the endpoint came from, named in errors so the user fixes the right knob:
     # "SERVER_URL in the .env file", "lm_score_endpoint", "openai_chat_endpoint", ...
     endpoint_source: str = "openai_chat_endpoint"
+    # Who answers, for the cache key: the endpoint of a server, or the embedded model's file
+    # (the same model through the daemon or a server of the command's own); "" = endpoint.
+    identity: str = ""
+    embedded: bool = False  # the embedded model answers (one model: `model` is its name)
 
     def fingerprint(self) -> dict:
-        """What changes an answer (the cache key), without secrets or speed knobs."""
-        keys = {"endpoint", "model", "method", "thinking", "max_tokens", "constrain"}
+        """What changes an answer (the cache key): the answering model's identity and id, the
+        method and its settings; no secrets or speed knobs."""
+        keys = {"identity", "model", "method", "thinking", "max_tokens", "constrain"}
         if self.method == "logprob":
             keys |= {"top_logprobs"}
         else:
@@ -150,7 +161,9 @@ class ScoreConfig:
                 keys |= {"ensemble_size", "aggregation", "temperature"}
         if not self.thinking:
             keys |= {"thinking_strategy"}
-        return {k: getattr(self, k) for k in sorted(keys)}
+        found = {k: getattr(self, k) for k in sorted(keys)}
+        found["identity"] = self.identity or self.endpoint
+        return found
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
@@ -175,15 +188,25 @@ def read_dotenv(path: Path) -> dict[str, str]:
     return found
 
 
+def own_endpoint(settings: Any, dotenv: Mapping[str, str] | None = None) -> bool:
+    """Whether LM_SCORE has a server of its own (lm_score_endpoint, or SERVER_URL in the
+    CLI's .env) rather than lmd's backend."""
+    return bool(settings["lm_score_endpoint"] or (dotenv or {}).get("SERVER_URL"))
+
+
 def resolve(
     settings: Any,
     environ: Mapping[str, str] | None = None,
     dotenv: Mapping[str, str] | None = None,
     notes: list[str] | None = None,
+    backend: Any = None,
 ) -> ScoreConfig:
     """The ScoreConfig for these settings and, for the CLI, the keys of a `.env` file.
 
-    `notes` collects one sentence per `.env` key used or ignored (the CLI prints them).
+    `backend`: lmd's backend (a CommandBackend, or the daemon's client described the same
+    way: url, key, model, identity, embedded), which scores unless LM_SCORE has its own
+    endpoint; without one, the configured endpoint is used as it is. `notes` collects one
+    sentence per `.env` key used or ignored (the CLI prints them).
     """
     from daemon.api import NO_KEY, api_key, base_url, endpoint_from, env_name
 
@@ -222,11 +245,28 @@ def resolve(
                 "API_TOKEN in ./.env is ignored: it goes only to a SERVER_URL from the same file."
             )
         key = api_key(env)
+    url = base_url(endpoint) if endpoint else endpoint_from(settings, env)
+    model = values["lm_score_model"] or settings["openai_model"]
+    identity, embedded = "", False
+    if not endpoint and backend is not None:  # lmd's own backend scores
+        url, key, identity, embedded = backend.url, backend.key, backend.identity, backend.embedded
+        if embedded:
+            if values["lm_score_model"] and values["lm_score_model"] != backend.model:
+                notes.append(
+                    f"{sources['lm_score_model']} ({values['lm_score_model']}) is not used: the "
+                    f"embedded model {backend.model} answers; configure a server to score with "
+                    "another model."
+                )
+            model = backend.model
+        else:
+            model = values["lm_score_model"] or backend.model
     return ScoreConfig(
         endpoint_source=source,
-        endpoint=base_url(endpoint) if endpoint else endpoint_from(settings, env),
+        endpoint=url,
+        identity=identity,
+        embedded=embedded,
         api_key=key,
-        model=values["lm_score_model"] or settings["openai_model"],
+        model=model,
         method=values["lm_score_method"],
         ensemble=values["lm_score_ensemble"],
         ensemble_size=values["lm_score_ensemble_size"],

@@ -1,4 +1,11 @@
-"""The logprob method: the expected score from the first score token's distribution.
+"""The logprob method: the expected score from the score token's distribution.
+
+A distribution is read only where the reply is a rating: the reply's text must hold a score
+by the text method's own reading (plugins.lm_score.parse, with its guards: no rubric echo
+such as "- 10 = strongly yes", no range such as "6-8", no negated number such as "Not 7",
+nothing out of 0-10 such as "11" or "-3"), and the distribution is the one at the token where
+that score stands (`rated_position`). Anything else is no score: never a digit picked out of
+words that are not a rating.
 
 Token strings are normalised (NFKC, so full-width digits count; surrounding spaces and `*`
 dropped): " 7", "7" and "７" are all 7. A "10" token counts as 10. Tokenizers that split
@@ -49,10 +56,39 @@ def _alternatives(position: TokenLogprobs) -> dict[str, float]:
     return probs
 
 
-def expected_score(tokens: list[TokenLogprobs]) -> LogprobScore | None:
-    """The expected score, or None when no generated token is a score."""
-    index = next((i for i, t in enumerate(tokens) if score_value(t[0]) is not None), None)
+def rated_position(tokens: list[TokenLogprobs]) -> int | None:
+    """The index of the token where the reply's score stands, when the reply is a rating by
+    the text method's reading; None when it is not (or its number shares a token with other
+    text, or is written in more than one digit other than 10: no distribution over scores
+    is there to read)."""
+    from .parse import find_score
+
+    pieces = [unicodedata.normalize("NFKC", t[0]) for t in tokens]
+    found = find_score("".join(pieces))
+    if found is None or found[1] < 0:
+        return None
+    _, start, end = found
+    written = "".join(pieces)[start:end].split(".")[0]
+    if len(written) > 1 and written != "10":
+        return None
+    at = 0
+    for i, piece in enumerate(pieces):
+        if at + len(piece) > start:
+            value = score_value(tokens[i][0])
+            shown = None if value is None else str(value)
+            # the token is the number, or the "1" of a 10 written as "1" then "0"
+            return i if shown is not None and written.startswith(shown) else None
+        at += len(piece)
+    return None
+
+
+def expected_score(tokens: list[TokenLogprobs], at: int | None = None) -> LogprobScore | None:
+    """The expected score from the distribution at token `at` (default: the first score
+    token), or None when there is no score token there."""
+    index = at
     if index is None:
+        index = next((i for i, t in enumerate(tokens) if score_value(t[0]) is not None), None)
+    if index is None or score_value(tokens[index][0]) is None:
         return None
     mass: dict[int, float] = {}
     for token, p in _alternatives(tokens[index]).items():

@@ -45,26 +45,38 @@ _NEGATED = re.compile(
     r"(?:(?!score)[^\d.!?\n:,;]){0,16}?(?<![\d.])\d+(?:\.\d+)?",
     re.I,
 )
-_GONE = "#"  # what a number that cannot be the answer becomes
+_GONE = "#"  # what a number that cannot be the answer becomes (one for each character)
+
+
+def _gone(match: re.Match) -> str:
+    return _GONE * len(match.group())
 
 
 def strip_thinking(text: str) -> str:
     """The reply without its thinking."""
-    text = _THINK_BLOCK.sub("", text)
+    return _mask_thinking(text).strip()
+
+
+def _mask_thinking(text: str) -> str:
+    """The reply with its thinking blanked out, each character a space: what is left stands
+    where it stood (the logprob method finds the score's token by its place)."""
+    text = _THINK_BLOCK.sub(lambda m: " " * len(m.group()), text)
     low = text.lower()
     if "</think>" in low:  # the template opened <think> for us; the answer follows the close
-        text = text[low.rindex("</think>") + len("</think>") :]
-    elif "<think>" in low:  # thinking never finished: there is no answer
-        text = text[: low.index("<think>")]
-    return text.strip()
+        end = low.rindex("</think>") + len("</think>")
+        return " " * end + text[end:]
+    if "<think>" in low:  # thinking never finished: there is no answer
+        start = low.index("<think>")
+        return text[:start] + " " * (len(text) - start)
+    return text
 
 
 def without_non_answers(text: str) -> str:
-    """The text with rubric echoes, ranges and negated numbers taken out."""
-    text = _RUBRIC_LINE.sub(_GONE, text)
+    """The text with rubric echoes, ranges and negated numbers masked out (same length)."""
+    text = _RUBRIC_LINE.sub(_gone, text)
     # "0 and 10" in "between 0 and 10" is a range, but "7 and 10/10" keeps its "10/10"
-    text = _RANGE.sub(_GONE, text)
-    return _NEGATED.sub(_GONE, text)
+    text = _RANGE.sub(_gone, text)
+    return _NEGATED.sub(_gone, text)
 
 
 def _is_json(text: str) -> bool:
@@ -78,7 +90,10 @@ def _is_json(text: str) -> bool:
     return True
 
 
-def _from_json(text: str) -> int | None:
+_JSON_SCORE = re.compile(r'"score"\s*:\s*' + _NUMBER)
+
+
+def _from_json(text: str) -> tuple[int, int, int] | None:
     import json
 
     try:
@@ -88,7 +103,11 @@ def _from_json(text: str) -> int | None:
     value = data.get("score") if isinstance(data, dict) else None
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return _as_score(str(value))
+    score = _as_score(str(value))
+    where = _JSON_SCORE.search(text)
+    if score is None:
+        return None
+    return (score, where.start(1), where.end(1)) if where else (score, -1, -1)
 
 
 def _as_score(raw: str) -> int | None:
@@ -100,23 +119,46 @@ def _as_score(raw: str) -> int | None:
 
 def parse_score(reply: str) -> int | None:
     """The score 0-10 in a reply, or None when there is none (or it is out of range)."""
-    text = strip_thinking(unicodedata.normalize("NFKC", reply or ""))
-    if not text:
+    found = find_score(unicodedata.normalize("NFKC", reply or ""))
+    return None if found is None else found[0]
+
+
+def find_score(text: str) -> tuple[int, int, int] | None:
+    """(the score 0-10, where its number starts and ends in `text`) for an NFKC-normal reply,
+    or None when there is none: parse_score's reading, with the place of what it read (-1,
+    -1 for a JSON value whose number cannot be placed)."""
+    masked = _mask_thinking(text)
+    bare = masked.strip(_DECORATION)
+    if not bare:
         return None
-    bare = text.strip(_DECORATION)
     if re.fullmatch(_NUMBER, bare):
-        return _as_score(bare)
-    if text.startswith("{") and _is_json(text):  # constrained by a JSON schema: {"score": 7}
-        return _from_json(text)
-    text = without_non_answers(text)
+        start = masked.index(bare)
+        return _placed(bare, start, start + len(bare))
+    body = masked.strip()
+    if body.startswith("{") and _is_json(body):  # constrained by a JSON schema: {"score": 7}
+        found = _from_json(body)
+        if found is None or found[1] < 0:
+            return found
+        offset = masked.index(body)
+        return found[0], found[1] + offset, found[2] + offset
+    masked = without_non_answers(masked)
     for pattern in (_SCORE_PHRASE, _OUT_OF_TEN):
-        found = pattern.findall(text)
+        found = list(pattern.finditer(masked))
         if found:
-            return _as_score(found[-1] if pattern is _SCORE_PHRASE else found[0])
-    lead = _LEADING.match(text)
+            match = found[-1] if pattern is _SCORE_PHRASE else found[0]
+            return _placed(match.group(1), match.start(1), match.end(1))
+    lead = _LEADING.match(masked)
     if lead:
-        return _as_score(lead.group(1))
-    numbers = set(_ANY.findall(text))
+        return _placed(lead.group(1), lead.start(1), lead.end(1))
+    numbers: dict[str, re.Match] = {}
+    for m in _ANY.finditer(masked):
+        numbers.setdefault(m.group(1), m)  # the first time it is said
     if len(numbers) == 1:
-        return _as_score(numbers.pop())
+        (m,) = numbers.values()
+        return _placed(m.group(1), m.start(1), m.end(1))
     return None
+
+
+def _placed(raw: str, start: int, end: int) -> tuple[int, int, int] | None:
+    score = _as_score(raw)
+    return None if score is None else (score, start, end)

@@ -8,19 +8,32 @@ from daemon.api import LmdError
 
 
 def scorer_for(daemon: Any, settings: Any) -> Any:
-    """The daemon's Scorer for the current settings (kept, so n-support is learnt once)."""
-    from daemon.api import api_key, endpoint_from
+    """The daemon's Scorer for the current settings (kept, so n-support is learnt once): on
+    LM_SCORE's own endpoint where one is set, else on the daemon's backend, whose model (the
+    embedded one's name, when it answers) the reply and the cache key name."""
+    from types import SimpleNamespace
+
+    from daemon.api import choose_backend
 
     from .cache import ScoreCache
-    from .config import resolve
+    from .config import own_endpoint, resolve
     from .scorer import Scorer
 
-    config = resolve(settings)
+    llm = None
+    backend = None
+    if not own_endpoint(settings):
+        llm = daemon.llm(settings)
+        backend = SimpleNamespace(
+            url=llm.url,
+            key=llm.api_key,
+            model=llm.model,
+            identity=llm.identity,
+            embedded=choose_backend(settings).embedded,
+        )
+    config = resolve(settings, backend=backend)
     scorers = daemon.state.setdefault("lm_score_scorers", {})
     scorer = scorers.get(config)
     if scorer is None:
-        same_backend = config.endpoint == endpoint_from(settings) and config.api_key == api_key()
-        llm = daemon.llm(settings) if same_backend else None  # the model is sent per call
         cache = ScoreCache(daemon.store.db, daemon.store.lock)
         scorer = scorers[config] = Scorer(config, llm=llm, cache=cache)
     return scorer

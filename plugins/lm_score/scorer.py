@@ -14,7 +14,7 @@ from daemon.api import BackendError, LmdError
 from .aggregate import aggregate
 from .cache import ScoreCache, cache_key
 from .config import ScoreConfig
-from .logprob import expected_score
+from .logprob import expected_score, rated_position
 from .parse import parse_score
 from .prompt import THINK_PREFILL, prompt_for
 
@@ -119,6 +119,7 @@ class Scorer:
 
         self.config = config
         self.owns_llm = llm is None
+        self.on_close: Callable[[], Any] | None = None  # what else ends with the scorer
         self.llm = llm or LLM(
             config.endpoint, config.api_key, config.timeout, config.retries, config.model
         )
@@ -139,6 +140,9 @@ class Scorer:
     async def close(self) -> None:
         if self.owns_llm:
             await self.llm.close()
+        if self.on_close is not None:
+            done, self.on_close = self.on_close, None
+            await asyncio.to_thread(done)
 
     # -- public ------------------------------------------------------------------------
     async def score(
@@ -180,7 +184,8 @@ class Scorer:
             self._inflight.pop(key, None)
         future.set_result(result)
         if self.cache is not None:
-            self.cache.put(key, result.score, result.to_json())
+            identity = self.config.fingerprint()["identity"]
+            self.cache.put(key, result.score, result.to_json(), identity)
         return result
 
     async def score_many(
@@ -239,11 +244,18 @@ class Scorer:
             )
 
     # -- one backend call --------------------------------------------------------------
-    def semaphore(self) -> asyncio.Semaphore:
+    async def gate(self) -> asyncio.Semaphore:
+        """What bounds the calls in flight (rows and ensemble members together): one with
+        lm_score_sequential, lm_score_concurrency where set, else what the backend serves
+        in parallel (batch_concurrency)."""
         loop = asyncio.get_running_loop()
         if self._sem is None or self._sem_loop is not loop:
-            size = 1 if self.config.sequential else self.config.concurrency
-            self._sem, self._sem_loop = asyncio.Semaphore(size), loop
+            from daemon.api import batch_concurrency
+
+            cfg = self.config
+            size = 1 if cfg.sequential else cfg.concurrency or await batch_concurrency(self.llm)
+            if self._sem is None or self._sem_loop is not loop:  # nobody made it meanwhile
+                self._sem, self._sem_loop = asyncio.Semaphore(size), loop
         return self._sem
 
     def wants_prefill(self) -> bool:
@@ -317,13 +329,15 @@ class Scorer:
             kwargs["max_tokens"] = max(kwargs.get("max_tokens") or 0, 16)
         if extra:
             kwargs["extra_body"] = extra
-        async with self.semaphore():
+        async with await self.gate():
             self.calls += 1
             try:
                 return await self.llm.complete(messages, **kwargs)
             except BackendError as e:
                 status = getattr(e.__cause__, "status_code", None)
-                if "response_format" not in kwargs or status not in (400, 422):
+                if "response_format" not in kwargs or status not in (400, 422) or n > 1:
+                    # with n > 1 the refusal may be of n (more choices than the server has
+                    # slots): the ensemble asks member by member, schema and all
                     raise
                 # The probe said yes, the server says no: ask in words from now on.
                 log.info("The scoring server refused the JSON schema; asking in words.")
@@ -444,7 +458,9 @@ class Scorer:
                 (t.token, t.logprob, [(a.token, a.logprob) for a in (t.top_logprobs or [])])
                 for t in content
             ]
-            found = expected_score(tokens)
+            # only where the reply is a rating (the text method's guards), at its score
+            at = rated_position(tokens)
+            found = expected_score(tokens, at) if at is not None else None
             if found is not None:
                 return ScoreResult(
                     score=found.score,
@@ -462,7 +478,7 @@ class Scorer:
         if what.startswith("rephrase"):
             what = "rephrase the question or use the text method."
         raise NoScore(
-            f"The model did not start its answer with a score from 0 to 10 (it said: "
+            f"The model did not answer with a score from 0 to 10 (it said: "
             f"{_quote(raw[-1])}); " + what,
             detail={"raw": raw},
         )

@@ -107,6 +107,15 @@ def serve(url: str | None, http_bind: str | None, home: Path | None) -> None:
     """Be an MCP server (stdio) for an MCP client: say something to a mode, LM_SCORE,
     SelectIT on a file, the Elo leaderboard, history search. A command that needs a yes is
     never approved by the client's model."""
+    try:
+        import mcp  # noqa: F401 - the SDK: serving needs it whole
+    except ModuleNotFoundError:
+        from daemon.api import fail
+
+        fail(
+            "lmd mcp serve needs the mcp package, which is not installed: run `make run` "
+            "again (it installs it), or pip install 'lmd[mcp]'."
+        )
     from .server import build, serve_http
 
     server = build(url)

@@ -183,10 +183,6 @@ def run(**o: Any) -> int:
     from daemon.api import open_daemon_state, parse_shard
 
     from .config import load_yaml, resolve
-    from .datasets import parse_fields, read_dataset
-    from .output import ScoresFile, summary
-    from .prompts import choose_templates, load_templates
-    from .shards import run_record
 
     check_top(o["top_fraction"], o["select_out"])
     part = parse_shard(o["shard"])
@@ -202,6 +198,29 @@ def run(**o: Any) -> int:
     keys += ("concurrency", "top_logprobs", "device", "fallback_model")
     cfg = resolve(settings, file_values, {key: o[key] for key in keys})
     plan = check_engine(o, cfg.backend)
+    if cfg.backend == "transformers":
+        return scored(o, cfg, plan, None, part, file_values, [])
+    from daemon.api import command_backend
+
+    from .raters import check_served
+
+    # the backend lmd serve would use; the line naming it comes first once scoring starts
+    # (a bad dataset or option is one sentence alone)
+    said: list[str] = []
+    with command_backend(settings, say=said.append, model=cfg.model) as backend:
+        check_served(cfg, backend.model, backend.embedded)
+        return scored(o, cfg, plan, backend, part, file_values, said)
+
+
+def scored(
+    o: dict, cfg: Any, plan: Any, backend: Any, part: Any, file_values: dict, said: list[str]
+) -> int:
+    """Score the dataset (on `backend`, for the openai rater) into the scores file."""
+    from .datasets import parse_fields, read_dataset
+    from .output import ScoresFile, summary
+    from .prompts import choose_templates, load_templates
+    from .shards import run_record
+
     all_templates = load_templates(cfg.rp_file or None)
     templates = choose_templates(all_templates, cfg.k)
     dataset = read_dataset(o["dataset"], parse_fields(o["fields"]), o["skip_bad_lines"])
@@ -219,11 +238,13 @@ def run(**o: Any) -> int:
     scores = ScoresFile(output)
     before = len(scores.load())
     scores.check_run(
-        fingerprint(cfg, settings, all_templates, part),
+        fingerprint(cfg, backend, all_templates, part),
         run_record(o["dataset"], o["fields"], o["skip_bad_lines"], o["details"]),
     )
     samples = [s for s in dataset.samples if part is None or part.owns(s.key)]
     todo = [s for s in samples if s.key not in scores.done]
+    for line in said:
+        click.echo(line, err=True)
     progress = sys.stderr.isatty() if o["progress"] is None else o["progress"]
     started = time.monotonic()
     stats = {"scored": 0, "measured": 0, "bounded": 0, "partly unrated": 0, "unrated": 0,
@@ -234,7 +255,7 @@ def run(**o: Any) -> int:
     try:
         if plan is None:
             asyncio.run(
-                score_into(todo, templates, cfg, settings, scores, o["details"], progress, stats)
+                score_into(todo, templates, cfg, backend, scores, o["details"], progress, stats)
             )
         else:
             failed = score_on_ray(todo, templates, cfg, plan, scores, o["details"], progress, stats)
@@ -287,7 +308,7 @@ async def score_into(
     todo: list,
     templates: list[str],
     cfg: Any,
-    settings: Any,
+    backend: Any,
     scores: Any,
     details: bool,
     progress: bool,
@@ -306,7 +327,7 @@ async def score_into(
     elif cfg.backend == "transformers":
         rater = await asyncio.to_thread(make_transformers_rater, cfg)
     else:
-        rater = make_openai_rater(cfg, settings)
+        rater = make_openai_rater(cfg, backend.client())
     bar = tqdm(total=len(todo), unit="sample", file=sys.stderr, disable=not progress)
     try:
         async for result in score_samples(todo, templates, cfg.alpha, rater):
@@ -366,22 +387,23 @@ def score_on_ray(
     return run.failures or []
 
 
-def fingerprint(cfg: Any, settings: Any, templates: list[str], part: Any = None) -> dict:
-    """What decides the numbers (templates: the whole prompt file) and which samples: a
-    resume must match."""
+def fingerprint(cfg: Any, backend: Any, templates: list[str], part: Any = None) -> dict:
+    """What decides the numbers (the model that answers, by name and identity: its
+    endpoint, or the embedded model's file; templates: the whole prompt file) and which
+    samples: a resume must match."""
     import hashlib
 
     from .output import WHOLE
-    from .raters import local_model, openai_model
+    from .raters import local_model
 
     local = cfg.backend == "transformers"
     prompts = hashlib.sha256("\n".join(templates).encode()).hexdigest()[:16]
     out = {
         "backend": cfg.backend,
-        "model": local_model(cfg) if local else openai_model(cfg, settings),
+        "model": local_model(cfg) if local else cfg.model or backend.model,
     }
     out.update({"k": cfg.k, "alpha": cfg.alpha, "prompts": prompts, "max_length": cfg.max_length})
-    out.update({} if local else {"api": cfg.api})
+    out.update({} if local else {"api": cfg.api, "identity": backend.identity})
     out["shard"] = str(part) if part is not None else WHOLE
     return out
 

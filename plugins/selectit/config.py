@@ -36,7 +36,7 @@ RULES: dict[str, Rule] = {
     "batch_size": Rule(int, 1, 4096),
     "backend": Rule(str, choices=("openai", "transformers")),
     "api": Rule(str, choices=("completions", "chat")),
-    "concurrency": Rule(int, 1, 256),
+    "concurrency": Rule(int, 0, 256),
     "top_logprobs": Rule(int, 1, 100),
     "device": Rule(str),
     "fallback_model": Rule(str),
@@ -54,7 +54,7 @@ class Config:
     batch_size: int = 8
     backend: str = "openai"
     api: str = "completions"
-    concurrency: int = 32
+    concurrency: int = 0  # 0: batch_concurrency (what the backend serves in parallel)
     top_logprobs: int = 20
     device: str = "auto"
     fallback_model: str = ""
@@ -82,7 +82,7 @@ SETTINGS = [
         "selectit_model",
         DEFAULTS.model,
         "str",
-        "Model id (openai; empty = openai_model) or local model (transformers; empty = "
+        "Model id (openai; empty = the backend's model) or local model (transformers; empty = "
         "meta-llama/Llama-3.1-8B).",
         protected=True,  # a path the daemon loads: only the CLI or the token may set it
     ),
@@ -114,9 +114,11 @@ SETTINGS = [
         "selectit_concurrency",
         DEFAULTS.concurrency,
         "int",
-        "Requests in flight at once (openai backend).",
-        min=1,
+        "Requests in flight at once (openai backend); 0: what the backend serves "
+        "(batch_concurrency).",
+        min=0,
         max=256,
+        past_defaults=(32,),  # before batch_concurrency (stop 36)
     ),
     Setting(
         "selectit_top_logprobs",

@@ -21,7 +21,8 @@ _SPACE_MARKS = "\u2581\u0120\u010a"  # ▁ Ġ Ċ: tokenizers' marks for a space 
 
 
 class OpenAIRater:
-    """Rates prompts through a daemon.backends.llm.LLM, at most `concurrency` requests at a time."""
+    """Rates prompts through a daemon.backends.llm.LLM, at most `concurrency` requests at a
+    time (0: as many as the backend serves, daemon.api.batch_concurrency)."""
 
     def __init__(
         self,
@@ -29,7 +30,7 @@ class OpenAIRater:
         model: str,
         api: str = "completions",
         top_logprobs: int = 20,
-        concurrency: int = 32,
+        concurrency: int = 0,
         max_length: int | None = None,
     ) -> None:
         self.llm = llm
@@ -38,7 +39,17 @@ class OpenAIRater:
         self.top_logprobs = top_logprobs
         self.concurrency = concurrency
         self.max_length = max_length
-        self._gate = asyncio.Semaphore(concurrency)
+        self._gate: asyncio.Semaphore | None = None
+
+    async def limit(self) -> int:
+        """Requests in flight at most: `concurrency`, or what the backend serves."""
+        if not self.concurrency:
+            from daemon.api import batch_concurrency
+
+            self.concurrency = await batch_concurrency(self.llm)
+        if self._gate is None:
+            self._gate = asyncio.Semaphore(self.concurrency)
+        return self.concurrency
 
     @property
     def tokens(self) -> DaemonTokens:
@@ -48,6 +59,8 @@ class OpenAIRater:
     async def rate(self, prompt: Prompt) -> Rating:
         """The rating distribution of one prompt (fitted to max_length already)."""
         text = prompt.text
+        await self.limit()
+        assert self._gate is not None
         async with self._gate:
             while True:
                 asked = self.top_logprobs
@@ -74,10 +87,11 @@ class OpenAIRater:
 
         todo = iter(enumerate(prompt_lists))
         pending: set[asyncio.Task] = set()
+        slots = await self.limit()
         try:
             while True:
                 # Keep enough samples in flight to fill every request slot, but no more.
-                while len(pending) < self.concurrency:
+                while len(pending) < slots:
                     nxt = next(todo, None)
                     if nxt is None:
                         break

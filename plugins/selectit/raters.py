@@ -10,8 +10,9 @@ from .config import Config
 DEFAULT_LOCAL_MODEL = "meta-llama/Llama-3.1-8B"
 
 
-def openai_model(cfg: Config, settings: Any) -> str:
-    return cfg.model or settings["openai_model"]
+def openai_model(cfg: Config, llm: Any) -> str:
+    """The model id asked for: --model / selectit_model, else the backend's own model."""
+    return cfg.model or llm.model
 
 
 def local_model(cfg: Config) -> str:
@@ -19,21 +20,23 @@ def local_model(cfg: Config) -> str:
     return cfg.model or DEFAULT_LOCAL_MODEL
 
 
-def make_openai_rater(cfg: Config, settings: Any, llm: Any = None) -> Any:
-    """An OpenAIRater on the daemon's backend (a fresh client when `llm` is None)."""
-    from daemon.api import LLM, api_key, endpoint_from
+def check_served(cfg: Config, model: str, embedded: bool) -> None:
+    """Refuse a --model the backend would not answer as: the embedded model is one model,
+    whatever id is sent, and its scores must not be filed under another's name."""
+    from daemon.api import LmdError
 
+    if embedded and cfg.model and cfg.model != model:
+        raise LmdError(
+            f"The embedded model {model} answers here, not {cfg.model}: drop --model (or "
+            f"selectit_model), or configure a server that serves {cfg.model}."
+        )
+
+
+def make_openai_rater(cfg: Config, llm: Any) -> Any:
+    """An OpenAIRater on `llm`, the backend's client."""
     from .openai_backend import OpenAIRater
 
-    model = openai_model(cfg, settings)
-    if llm is None:
-        llm = LLM(
-            endpoint_from(settings),
-            api_key(),
-            settings["llm_timeout_secs"],
-            settings["llm_max_retries"],
-            model,
-        )
+    model = openai_model(cfg, llm)
     return OpenAIRater(llm, model, cfg.api, cfg.top_logprobs, cfg.concurrency, cfg.max_length)
 
 

@@ -99,7 +99,13 @@ async def selectit_route(request: Any) -> Any:
             if rater is None:
                 rater = daemon.state[key] = await asyncio.to_thread(make_transformers_rater, cfg)
         else:
-            rater = make_openai_rater(cfg, settings, daemon.llm(settings))
+            from daemon.api import choose_backend
+
+            from .raters import check_served
+
+            llm = daemon.llm(settings)
+            check_served(cfg, llm.model, choose_backend(settings).embedded)
+            rater = make_openai_rater(cfg, llm)
     by_key, quality = {}, {}
     async for result in score_samples(samples, templates, cfg.alpha, rater):
         by_key[id_key(result.id)] = result.to_json(bool(details))

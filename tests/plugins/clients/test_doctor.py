@@ -58,6 +58,12 @@ def test_healthy(home, backend, live):
     assert found["bind"]["status"] == "ok"
     assert found["daemon"]["status"] == "ok" and "dali" in found["daemon"]["message"]
     assert "clients" in found["plugins"]["message"] and "dali" in found["plugins"]["message"]
+    assert found["commands"] == {
+        "check": "commands",
+        "status": "ok",
+        "message": f"lmd score, sql, selectit and elo ask {backend.url}, model fake-model "
+        "(openai_chat_endpoint is set).",
+    }
     # What the backend was asked: its model list, and one tiny call that wants logprobs.
     assert any(r.method == "GET" and r.path.endswith("/models") for r in backend.requests)
     probe = backend.chat_requests[-1]
@@ -70,6 +76,27 @@ def test_healthy_text_report(home, backend):
     done = doctor(home)
     assert done.returncode == 0
     assert "[ok  ] backend:" in done.stdout and "[warn] daemon: No daemon answers" in done.stdout
+
+
+def test_commands_on_the_embedded_model_or_none_at_all(tmp_path, monkeypatch):
+    """With nothing configured the commands ask the embedded model (run for each, with no
+    daemon); with no engine either, one sentence says what to install or configure."""
+    from daemon.backends.for_commands import NOT_INSTALLED
+    from tests.daemons import configure
+
+    home = tmp_path / "lmd-home"
+    configure(home)
+    found = findings(doctor(home, "--json"))
+    assert found["commands"]["message"] == (
+        "lmd score, sql, selectit and elo ask the embedded model smollm2-135m-instruct, run "
+        "for the command as needed (no backend is configured; `lmd serve` keeps it running "
+        "between commands)."
+    )
+    import daemon.backends.embedded as embedded
+
+    monkeypatch.setattr(embedded, "engine_missing", lambda: "llama-cpp-python is missing")
+    found = findings(doctor(home, "--json"))
+    assert (found["commands"]["status"], found["commands"]["message"]) == ("fail", NOT_INSTALLED)
 
 
 def test_backend_without_logprobs_is_a_warning(home, backend):

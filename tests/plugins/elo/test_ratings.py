@@ -392,9 +392,9 @@ def test_gpt_4_completion_in_the_spec_shape(backend, home, monkeypatch):
     assert body["model"] == "gpt-4-0613" and body["temperature"] == 0
     text = body["messages"][0]["content"]
     assert "Model 1's Answer:\nWhy?\n\nModel 2's Answer:\nBecause." in text
-    # without a judge: elo_judge_model (gpt-4) on the daemon's own endpoint
+    # without a judge: elo_judge_model (empty: the backend's own model) on lmd's backend
     monkeypatch.setenv("LMD_HOME", str(home))
     backend.queue(Reply("Score of Model 1: 1\nScore of Model 2: 0"))
     response = gpt_4_completion(GPT4_PROMPT, "Q?", "right", "wrong")
     assert verdict(response)[0] == "model_a"
-    assert backend.chat_requests[-1]["model"] == "gpt-4"
+    assert backend.chat_requests[-1]["model"] == "fake-model"

@@ -51,6 +51,24 @@ def test_score_parser_never_raises_and_never_invents(reply):
 
 
 @FUZZ
+@given(st.text(max_size=300))
+@example('{"score": 7}')
+@example("<think>3</think> Score: 8")
+@example("Not 7, but 6")
+def test_the_score_is_found_where_it_is_written(reply):
+    """find_score (what the logprob method reads its token by) points at the very number
+    parse_score read: the text there is that number."""
+    from plugins.lm_score.parse import find_score
+
+    text = unicodedata.normalize("NFKC", reply)
+    found = find_score(text)
+    assert (found[0] if found else None) == parse_score(reply)
+    if found is not None and found[1] >= 0:
+        value, start, end = found
+        assert int(float(text[start:end]) + 0.5) == value, (reply, found)
+
+
+@FUZZ
 @given(
     st.integers(0, 10),
     st.sampled_from(

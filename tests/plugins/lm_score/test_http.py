@@ -159,6 +159,7 @@ def test_live_daemon_route_and_LM_SCORE(live, backend, home):  # noqa: N802
 
     out = CliRunner().invoke(cli, ["score", "--daemon", "--url", d.url, "x", "Is this a test?"])
     assert out.exit_code == 0 and out.stdout == "10\n"
+    assert out.stderr == f"lmd: asking the daemon at {d.url} (its backend scores).\n"
     out = CliRunner().invoke(cli, ["score", "--daemon", "--url", d.url, "", "   "])
     assert out.exit_code == 1 and "The question is empty" in out.stderr
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from daemon.errors import LmdError
 from daemon.settings import SettingError, Settings
 from plugins.lm_score.aggregate import aggregate, average, majority
-from plugins.lm_score.cache import ScoreCache, m001_cache
+from plugins.lm_score.cache import ScoreCache, m001_cache, m002_identity
 from plugins.lm_score.config import SETTINGS, read_dotenv, resolve
 from plugins.lm_score.logprob import expected_score, score_value
 from plugins.lm_score.parse import parse_score, strip_thinking
@@ -394,9 +394,84 @@ def test_no_logprobs_is_a_clear_error_or_falls_back(backend):
 
 def test_logprob_without_a_score_token_retries_then_errors(backend):
     backend.handler = lambda body: Reply("I cannot", logprobs=[("I", -0.1, [("I", -0.1)])])
-    with pytest.raises(NoScore, match="did not start its answer with a score"):
+    with pytest.raises(NoScore, match="did not answer with a score"):
         run_score(backend, ["x", "Is it?"], method="logprob")
     assert len(backend.chat_requests) == 2
+
+
+def spelled(*tokens: str) -> list:
+    """A reply's logprobs, token by token: each token sure, with a 6 and a 9 beside the
+    digits (what a distribution would be read from, were it a rating)."""
+    ln = math.log
+    out = []
+    for t in tokens:
+        alts = [(t, ln(0.6))]
+        if score_value(t) is not None:
+            alts += [("6", ln(0.2)), ("9", ln(0.2))]
+        out.append((t, ln(0.6), alts))
+    return out
+
+
+@pytest.mark.parametrize(
+    "tokens",
+    [
+        ("6", "-", "8"),  # a range
+        ("-", " 10", " =", " strongly", " yes"),  # the rubric's first line, echoed
+        ("Not", " 7"),  # a negation
+        ("1", "1"),  # eleven: out of range ("1" then "1" is no one)
+        ("-", "3"),  # below zero
+        ("7", "-", "9", " =", " probably"),  # a rubric line with its range
+        ("I", " would", " say", " 3", " or", " 4"),  # two numbers: no one answer
+    ],
+)
+def test_the_logprob_method_reads_no_score_out_of_what_is_no_rating(backend, tokens):
+    """The text method's guards hold for the logprob method: a digit among words that are
+    not a rating gives no score (asked once more, then said), never a distribution."""
+    text = "".join(tokens)
+    backend.handler = lambda body: Reply(text, logprobs=spelled(*tokens))
+    with pytest.raises(NoScore) as e:
+        run_score(backend, ["x", "Is it?"], method="logprob")
+    assert e.value.message.startswith(
+        f"The model did not answer with a score from 0 to 10 (it said: {text!r})"
+    )
+    assert e.value.detail == {"raw": [text, text]} and len(backend.chat_requests) == 2
+
+
+@pytest.mark.parametrize(
+    "tokens, at",
+    [
+        (("7",), 0),
+        ((" ", "7"), 1),
+        (("Score", ":", " 7"), 2),
+        (("No", ",", " 7"), 2),  # an answer after a no is still the score
+        (("{", '"', "score", '":', " 7", "}"), 4),  # held to the JSON schema
+        (("7", "/", "1", "0"), 0),  # "7/10": the 7, not the 10
+        (("The", " score", " is", " 7", "."), 3),
+    ],
+)
+def test_the_logprob_method_reads_the_distribution_where_the_rating_stands(tokens, at):
+    from plugins.lm_score.logprob import rated_position
+
+    spec = spelled(*tokens)
+    assert rated_position(spec) == at
+    found = expected_score(spec, at)
+    assert found.distribution == pytest.approx({6: 0.2, 7: 0.6, 9: 0.2})
+
+
+def test_the_logprob_method_reads_a_ten_written_in_two_tokens():
+    from plugins.lm_score.logprob import rated_position
+
+    ln = math.log
+    spec = [
+        ("{", 0.0, []), ('"score":', 0.0, []), (" ", 0.0, []),
+        ("1", ln(0.8), [("1", ln(0.8)), ("9", ln(0.2))]),
+        ("0", ln(0.9), [("0", ln(0.9)), ("}", ln(0.1))]),
+        ("}", 0.0, []),
+    ]  # fmt: skip
+    assert rated_position(spec) == 3
+    found = expected_score(spec, 3)
+    assert found.one_split == "next_token"
+    assert found.distribution[10] == pytest.approx(0.72) and found.distribution[9] == 0.2
 
 
 # -- backend faults ----------------------------------------------------------------------
@@ -425,6 +500,7 @@ def test_backend_500_is_a_502_sentence(backend):
 def _cache(tmp_path: Path) -> ScoreCache:
     db = sqlite_utils.Database(tmp_path / "cache.db")
     m001_cache(db)
+    m002_identity(db)
     return ScoreCache(db)
 
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from daemon.cli import cli
 from plugins.lm_score.scorer import Scorer
-from plugins.lm_score.sql import SqlScorer, register_lm_score
+from plugins.lm_score.sql import ScoreFailures, SqlScorer, register_lm_score
 from tests.daemons import SHARED, configure
 from tests.fake_backend import Reply
 
@@ -111,20 +111,56 @@ def test_register_lm_score_works_row_by_row_on_any_connection(backend, db):
     assert len(backend.chat_requests) == 20  # the first tuple was known already
 
 
-def test_a_failed_score_is_null_and_logged(backend, db, caplog):
+def test_a_failed_score_is_reported_with_the_rows_never_as_data(backend, db, caplog):
     backend.handler = lambda body: (
         Reply("I cannot answer") if "item 3\n" in body["messages"][0]["content"] else Reply("7")
     )
     handle = sql_scorer(backend)
     conn = sqlite3.connect(db)
-    with caplog.at_level(logging.WARNING, logger="lmd.lm_score"):
-        _, rows = handle.query(
-            conn, "SELECT id, LM_SCORE(name, 'Is it?') FROM items WHERE id <= 5 ORDER BY id"
-        )
-    handle.close()
-    assert rows == [(1, 7), (2, 7), (3, 7), (4, None), (5, 7)]
+    with caplog.at_level(logging.INFO, logger="lmd.lm_score"):
+        with pytest.raises(ScoreFailures) as failed:
+            handle.query(
+                conn, "SELECT id, LM_SCORE(name, 'Is it?') FROM items WHERE id <= 5 ORDER BY id"
+            )
+    e = failed.value
+    assert e.rows == [(1, 7), (2, 7), (3, 7), (4, None), (5, 7)]
+    assert e.message == (
+        "1 of 5 LM_SCORE values could not be scored; they are NULL in the result, and --errors "
+        "lists them; the first: the model did not answer with a score from 0 to 10 (it said: "
+        "'I cannot answer'); rephrase the question or try another model."
+    )
+    assert [args for args, _ in e.failures] == [("item 3", "Is it?")]
+    assert "did not answer with a score" in e.failures[0][1]
     assert "is NULL: The model did not answer with a score" in caplog.text
-    assert len(handle.failures) == 1
+    # the same handle asks the failed one again next time (a NULL is not remembered)
+    backend.handler = lambda body: Reply("4")
+    _, rows = handle.query(conn, "SELECT LM_SCORE(name, 'Is it?') FROM items WHERE id = 4")
+    handle.close()
+    assert rows == [(4,)]
+
+
+def test_an_update_with_a_failed_score_changes_nothing(backend, db):
+    backend.handler = lambda body: (
+        Reply("no idea") if "item 3\n" in body["messages"][0]["content"] else Reply("7")
+    )
+    handle = sql_scorer(backend)
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("ALTER TABLE items ADD COLUMN score INTEGER")
+    with pytest.raises(ScoreFailures, match="the statement changed nothing"):
+        handle.query(conn, "UPDATE items SET score = LM_SCORE(name, 'Is it?')")
+    handle.close()
+    assert conn.execute("SELECT count(*) FROM items WHERE score IS NOT NULL").fetchone() == (0,)
+    assert not conn.in_transaction
+
+
+def test_row_by_row_a_failed_score_fails_the_statement(backend, db):
+    backend.handler = lambda body: Reply("no idea")
+    conn = sqlite3.connect(db)
+    handle = register_lm_score(conn, Scorer(config(backend)))
+    with pytest.raises(sqlite3.OperationalError, match="user-defined function raised"):
+        conn.execute("SELECT LM_SCORE('item 1', 'Is it?')").fetchall()
+    handle.close()
+    assert list(handle.failures.values())[0].startswith("The model did not answer with a score")
 
 
 @pytest.mark.parametrize(
@@ -181,12 +217,40 @@ def test_lmd_sql_reports_bad_input(backend, db, home, tmp_path):
     assert not (tmp_path / "nope.db").exists()
 
 
-def test_lmd_sql_says_how_many_scores_failed(backend, db, home):
-    backend.handler = lambda body: Reply("no idea")
+def test_lmd_sql_says_how_many_scores_failed_and_exits_1(backend, db, home):
+    backend.handler = lambda body: (
+        Reply("no idea") if "item 1\n" in body["messages"][0]["content"] else Reply("8")
+    )
+    query = "SELECT id, LM_SCORE(name, 'Is it?') AS s FROM items WHERE id <= 3"
+    out = lmd("sql", db, query, "--home", home)
+    assert out.exit_code == 1
+    assert out.stdout.splitlines() == ["id\ts", "1\t8", "2\tNULL", "3\t8"]
+    last = out.stderr.splitlines()[-1]
+    assert last.startswith(
+        "1 of 3 LM_SCORE values could not be scored; they are NULL in the result, and --errors "
+        "lists them; the first: the model did not answer"
+    )
+    assert "LM_SCORE('item 1'" not in out.stderr  # only on request
+    out = lmd("sql", db, query, "--home", home, "--errors", "--json")
+    assert out.exit_code == 1
+    assert json.loads(out.stdout)[1] == {"id": 2, "s": None}
+    listed = [line for line in out.stderr.splitlines() if line.startswith("LM_SCORE(")]
+    assert listed == [
+        "LM_SCORE('item 1', 'Is it?'): The model did not answer with a score from 0 to 10 "
+        "(it said: 'no idea'); rephrase the question or try another model."
+    ]
+
+
+def test_lmd_sql_with_no_score_at_all_says_none_could_be(backend, db, home):
+    configure(home, openai_chat_endpoint="http://127.0.0.1:9/v1", llm_max_retries=0)
     out = lmd("sql", db, "SELECT LM_SCORE(name, 'Is it?') FROM items LIMIT 2", "--home", home)
-    assert out.exit_code == 0
+    assert out.exit_code == 1
     assert out.stdout.splitlines() == ["LM_SCORE(name, 'Is it?')", "NULL", "NULL"]
-    assert "LM_SCORE value(s) are NULL because scoring failed" in out.stderr
+    assert out.stderr.splitlines()[-1].startswith(
+        "None of the 2 LM_SCORE values could be scored; they are NULL in the result, and "
+        "--errors lists them; the first: I could not reach the scoring model at "
+        "http://127.0.0.1:9/v1"
+    )
 
 
 def test_lmd_score(backend, home):

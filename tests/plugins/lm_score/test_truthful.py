@@ -67,7 +67,7 @@ def test_the_sql_function_selects_no_row_on_an_echo(backend, home, tmp_path):
     backend.handler = lambda body: Reply("- 10 = strongly yes, definitely true")
     query = "SELECT body FROM emails WHERE LM_SCORE(body, 'Is the meeting at 3:00?') >= 7"
     ran = lmd_in_process("sql", str(db), query, "--json", "--home", str(home), "--no-dotenv")
-    assert ran.returncode == 0, ran.stderr
+    assert ran.returncode == 1, ran.stderr  # scores failed: said, never passed off as data
     assert ran.stdout.strip() == "[]"  # no row is selected because of an echo
     assert "did not answer with a score" in ran.stderr
 

@@ -680,7 +680,10 @@ def test_the_specs_yaml_runs_unchanged(home, backend, tmp_path, monkeypatch, cap
     assert {q.body["model"] for q in backend.requests} == {"meta-llama/Llama-3.1-8B"}
     out = tmp_path / "alpaca.SelectitTokenScorer.jsonl"
     assert read_jsonl(out) == [{"id": 1, "score": 4.0}, {"id": 2, "score": 4.0}]
-    assert r.stderr.startswith("selectit: SelectitTokenScorer: 2 samples, 2 scored now")
+    assert r.stderr.startswith(
+        f"lmd: asking {backend.url}, model meta-llama/Llama-3.1-8B (openai_chat_endpoint is "
+        "set).\nselectit: SelectitTokenScorer: 2 samples, 2 scored now"
+    )
     # where the file does exist (beside the YAML, as in the spec's repository) it is used
     (tmp_path / "scorers" / "SelectIT").mkdir(parents=True)
     (tmp_path / "scorers" / "SelectIT" / "rating_prompt.txt").write_text("My own prompt.\n")
