@@ -78,7 +78,8 @@ def _loopback_request(
             if not os.environ.get("LMD_TOKEN"):
                 _check_owner(sock, host, port)
             sock.sendall(message)
-            status, headers, raw = _read_response(sock.makefile("rb"))
+            with sock.makefile("rb") as f:  # closed with the socket, even on Ctrl-C
+                status, headers, raw = _read_response(f)
     except ForeignDaemon as e:
         raise ClientError(str(e)) from None
     except TimeoutError:

@@ -210,7 +210,15 @@ async def v1(request: Request) -> Response:
     plain = not wants_json(request) and not wants_stream(request)
     default = plain and daemon.settings()["speak_plain_replies"]
     speak = wants_speech(request.headers, request.query_params, default)
-    turn = TurnReply(daemon, name, text, stream=wants_stream(request), speak=speak, cwd=cwd)
+    turn = TurnReply(
+        daemon,
+        name,
+        text,
+        stream=wants_stream(request),
+        speak=speak,
+        cwd=cwd,
+        receive=request.receive,
+    )
     if wants_stream(request):
         await turn.start()
         events = turn.events(LmdEvents(turn.outcome))
