@@ -135,9 +135,22 @@ class Context:
         self.store.set_karma(ids, kind, _karma().karma_for(kind, self.settings))
 
     def set_pending(self, pending: dict | None) -> None:
-        """Wait for the user's next utterance (e.g. an approval); None clears it."""
+        """Wait for the user's next utterance (e.g. an approval); None clears it. The question
+        gets its identity and remembers that this request's client heard it (a question kept
+        open, with its id, keeps it: daemon.approvals)."""
+        from daemon.approvals import new_question, public
+
         if pending is None:
             self.session.pending = None
         else:
-            self.session.pending = {**pending, "mode": self.mode, "created_at": time.time()}
-        self.extra["pending"] = self.session.pending
+            pending = {**pending, "mode": self.mode, "created_at": time.time()}
+            self.session.pending = new_question(pending)
+        self.extra["pending"] = public(self.session.pending)
+
+    def keep_pending(self, pending: dict) -> None:
+        """The question stays open as it was (its id, its time); this request's client has
+        now heard it (an answer lmd could not use, or a question said again)."""
+        from daemon.approvals import new_question, public
+
+        self.session.pending = new_question(pending)
+        self.extra["pending"] = public(self.session.pending)

@@ -224,13 +224,15 @@ async def v1(request: Request) -> Response:
         events = turn.events(LmdEvents(turn.outcome))
         return StreamingResponse(events, media_type="text/event-stream")
     reply = await turn.whole()
+    # the question this reply asks, for a client that answers by its id (daemon.approvals)
+    asked = {"X-Lmd-Question": turn.outcome.question} if turn.outcome.question else None
     if wants_json(request):
-        return JSONResponse(turn.outcome.to_json())
+        return JSONResponse(turn.outcome.to_json(), headers=asked)
     if not speak and not wants_raw(request.headers, request.query_params):
         # plain text never carries markdown fences unless asked (speech has none left, and
         # its verbatim spans were kept whole already)
         reply = unfence(reply)
-    return PlainTextResponse(reply if reply.endswith("\n") else reply + "\n")
+    return PlainTextResponse(reply if reply.endswith("\n") else reply + "\n", headers=asked)
 
 
 class LmdEvents:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from daemon import directives, sessions
+from daemon import approvals, directives, sessions
 from daemon.backends.accounting import TurnUsage, begin_turn
 from daemon.errors import BackendError, LmdError
 from daemon.modes import Context, record_turn
@@ -57,13 +57,18 @@ class Outcome:
     usage: TurnUsage = field(default_factory=TurnUsage)  # what the backend counted
     gone: bool = False  # the client closed its connection: the turn was cancelled
 
+    @property
+    def question(self) -> str | None:
+        """The id of the question this reply asks (sent as X-Lmd-Question), if any."""
+        return (self.pending or {}).get("id")
+
     def to_json(self) -> dict:
         out = {
             "mode": self.mode,
             "reply": self.reply,
             "session": self.session,
             "prompt_ids": {"user": self.user_prompt_id, "reply": self.reply_prompt_id},
-            "pending": self.pending,
+            "pending": approvals.public(self.pending),
             **self.extra,
         }
         if self.usage.cut:
@@ -84,7 +89,8 @@ async def run_turn(
     """Answer one utterance; yields the reply's chunks and fills `outcome`. With
     `say_cut`, a reply the backend cut at its length limit ends with a sentence saying so, and a
     model answer without a word is a failure that says so (the OpenAI endpoint passes both
-    through as the backend sent them)."""
+    through as the backend sent them). An agent's request speaks in a session of its own."""
+    session_name = outcome.session = approvals.own_session(session_name)
     async with daemon.locks.hold(session_name):
         outcome.usage = begin_turn()
         settings = daemon.settings()
@@ -121,6 +127,12 @@ async def run_turn(
         def store_turn(role: str, content: str, kind: str, **kw: Any) -> int:
             return record_turn(store, settings, session_name, role, content, kind, mode_name, **kw)
 
+        unheard = pending is not None and not approvals.heard(pending)
+        if unheard and approvals.is_answer(parsed.rest):
+            # An answer from a client that did not hear this question (another client's, or
+            # one that changed since): it answers nothing; the question is said to it.
+            yield await _ask_again(store, session, pending, parsed.rest, outcome, store_turn)
+            return
         session.pending = None  # handed to the mode now; it may set a new one
 
         if parsed.mode is not None and not parsed.rest:
@@ -207,6 +219,9 @@ async def run_turn(
                 yield LENGTH_NOTE
         reply = unmark("".join(chunks))
         outcome.reply = reply
+        if session.pending is not None and "asked" not in session.pending:
+            # what the client heard, marks and all, to say again to a client that did not
+            session.pending["asked"] = "".join(chunks)
         outcome.pending = session.pending
         outcome.extra = ctx.extra
         if reply:
@@ -226,6 +241,19 @@ async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
     """Run a database write (and its token count) off the event loop: when another program
     holds the lock, SQLite waits up to 30 s, and only this request should wait with it."""
     return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+async def _ask_again(store, session, pending: dict, said: str, outcome: Outcome, store_turn) -> str:
+    """Say the waiting question to a client that answered it unheard; from now on it has
+    heard it (its next yes answers it), and the question stays as it was."""
+    reply = approvals.not_heard_reply(pending)
+    session.pending = approvals.new_question(pending)
+    session.last_active = time.time()
+    outcome.user_prompt_id = await in_thread(store_turn, "user", said, "decorative")
+    outcome.reply_prompt_id = await in_thread(store_turn, "assistant", unmark(reply), "decorative")
+    await in_thread(store.save_session, session)
+    outcome.reply, outcome.pending = unmark(reply), session.pending
+    return reply
 
 
 def _record_failure(

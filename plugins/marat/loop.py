@@ -20,12 +20,15 @@ from daemon.api import (
     CommandResult,
     Context,
     action_protocol,
+    answer_word,
     approval_allowed,
     daemon_secrets,
     mcp_hub,
     mcp_rule_name,
+    not_heard_reply,
     plural,
     project_memory,
+    relays_model,
     rules,
     sandbox,
     unmark,
@@ -35,27 +38,8 @@ from daemon.api import (
 from . import audit, prompt, protocols, safety
 from .execute import execute, start_dir
 
-# An answer to "Say yes to run it, or no" is made only of these words, with at least one of
-# the strong ones ("No, cancel." and "yes please, run it" count; "no idea, list files" does not).
-YES_WORDS = {"yes", "yeah", "yep", "yup", "sure", "ok", "okay", "do", "run", "go", "ahead",
-             "it", "please", "that", "fine", "alright", "right"}  # fmt: skip
-YES_STRONG = {"yes", "yeah", "yep", "yup", "sure", "ok", "okay", "do", "run", "go", "alright"}
-NO_WORDS = {"no", "nope", "cancel", "stop", "don't", "dont", "do", "not", "abort", "never",
-            "mind", "thanks", "it", "run", "please", "that", "forget"}  # fmt: skip
-NO_STRONG = {"no", "nope", "cancel", "stop", "don't", "dont", "not", "abort", "never", "forget"}
-
 _REMEMBER = re.compile(r"^\s*remember\b(?:\s*[:,\-]\s*|\s+that\b\s*|\s*$)(.*)$", re.I | re.S)
 _THAT = {"", "this", "that", "it", "the last answer", "the answer", "what you said"}
-
-
-def answer_word(text: str) -> str | None:
-    """'yes', 'no', or None for anything else (dictation adds case and punctuation)."""
-    words = set(re.sub(r"[^\w' ]+", " ", text.lower().replace("\u2019", "'")).split())
-    if words and words <= NO_WORDS and words & NO_STRONG:
-        return "no"
-    if words and words <= YES_WORDS and words & YES_STRONG:
-        return "yes"
-    return None
 
 
 @dataclass
@@ -109,18 +93,19 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
         # A question nobody answered (expired, or the user moved on): its loop is done with.
         _finish_karma(ctx, Task.from_pending(stale), done=False)
     ruling = rules.parse_answer(ctx.text)  # only ever what the user said
-    agent = not approval_allowed(None)  # a client relaying a model's words (lmd mcp serve)
+    agent = relays_model()  # a client relaying a model's words (lmd mcp serve)
     if pending is not None:
         word = answer_word(ctx.text) or (
             ruling and ("no" if ruling.decision == "forbid" else "yes")
         )
-        if (word == "yes" and not approval_allowed(pending)) or (ruling and agent):
-            # A client relaying a model's words (lmd mcp serve) cannot say the user's yes,
-            # nor make a rule: the question stays, for the user to answer.
-            ctx.session.pending = ctx.extra["pending"] = pending
-            ctx.state["approval"] = stale or pending
+        if (word == "yes" or ruling) and not approval_allowed(pending):
+            # Only a client that heard this very question answers it, and a client relaying
+            # a model's words (lmd mcp serve) never says the user's yes nor makes a rule:
+            # the question stays, for the user to answer.
             ctx.reply_kind = "decorative"
-            yield NEEDS_USER_YES
+            _keep_pending(ctx, pending)
+            user_yes = NEEDS_USER_YES.format(session=ctx.session.name)
+            yield user_yes if agent else not_heard_reply(pending)
             return
         task = Task.from_pending(pending)
         if word is not None:
@@ -241,7 +226,7 @@ def fingerprint(command: str) -> str:
 
 def _keep_pending(ctx: Context, pending: dict) -> None:
     """The question stays open (an answer lmd could not use is no answer)."""
-    ctx.set_pending({k: v for k, v in pending.items() if k not in ("mode", "created_at")})
+    ctx.keep_pending(pending)
     ctx.state["approval"] = ctx.session.pending
 
 
@@ -560,8 +545,8 @@ def _refuse(ctx: Context, task: Task, command: str, cwd: str, ruled: rules.Decis
 
 ONLY_THE_USER = "Only the user changes rules: say it to lmd itself (lmd say, or by voice)."
 NEEDS_USER_YES = (
-    "This command waits for the user's own yes: say yes to lmd itself (lmd say yes, or by "
-    "voice). A client's model cannot approve it."
+    "This command waits for the user's own yes: the user says it to lmd itself (lmd say "
+    "--session {session} yes). A client's model cannot approve it."
 )
 FORBIDDEN = "the user's rules forbid this tool; do the task another way, or say so."
 UNTRUSTED = (
