@@ -35,7 +35,7 @@ from daemon.api import (
     verbatim,
 )
 
-from . import audit, prompt, protocols, safety
+from . import audit, prompt, proposed, protocols, safety
 from .execute import execute, start_dir
 
 _REMEMBER = re.compile(r"^\s*remember\b(?:\s*[:,\-]\s*|\s+that\b\s*|\s*$)(.*)$", re.I | re.S)
@@ -212,9 +212,15 @@ def question(command: str, why: str = "", marked: bool = False) -> str:
             f"I am about to run a {lines}-line command; read it before you say yes:\n{shown}\n"
             "Say yes to run it, or no."
         )
+    elif command[-1:] in _ENDS_SENTENCE:
+        # "cd .." or "ls ." then a full stop would read as another command: its own line
+        asked = f"I am about to run:\n{shown}\nSay yes to run it, or no."
     else:
         asked = f"I am about to run: {shown}. Say yes to run it, or no."
     return f"{asked} {why}" if why else asked
+
+
+_ENDS_SENTENCE = set(".!?;:,")
 
 
 def fingerprint(command: str) -> str:
@@ -370,6 +376,10 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
             yield tool_question(tool, step.tool[1], marked=True)
             return
         command = step.command or ""
+        not_command = await proposed.problem(command, cwd)
+        if not_command is not None:  # prose, a file name: back to the model, never asked
+            task.format_ids.append(ctx.add_prompt("user", not_command, "decorative"))
+            continue
         ruled = rules.decide(ctx.store, cwd=cwd, session=ctx.session.name, command=command)
         if ruled is not None and ruled.decision == "forbid":
             _refuse(ctx, task, command, cwd, ruled)
