@@ -100,9 +100,11 @@ class Context:
         return self.session.state.setdefault(self.mode, {})
 
     def history(self) -> list[Prompt]:
-        """The session's prompts chosen by karma for the next model call, oldest first."""
+        """The session's prompts chosen by karma for the next model call, oldest first: this
+        mode's own, and of the other modes only their turns (what was said and answered),
+        never their protocol steps."""
         s = self.settings
-        recent = self.store.recent(self.session.name, s["recent_history_limit"])
+        recent = self.store.recent(self.session.name, s["recent_history_limit"], self.mode)
         karma = _karma()
         return karma.select(
             recent,
@@ -119,7 +121,8 @@ class Context:
     def add_prompt(
         self, role: str, content: str, kind: str = "default", meta: dict | None = None
     ) -> int:
-        """Store a turn of this session (e.g. a thought or an observation)."""
+        """Store a step of this mode's own work in the session (a thought, an observation, a
+        format correction): only this mode's contexts take it (`history`)."""
         return record_turn(
             self.store,
             self.settings,
@@ -129,6 +132,7 @@ class Context:
             kind,
             self.mode,
             meta=meta,
+            step=True,
         )
 
     def set_karma(self, ids: list[int], kind: str) -> None:
