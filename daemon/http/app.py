@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from daemon import __version__, karma
+from daemon.approvals import own_session
 from daemon.core import Daemon, route_keys
 from daemon.errors import LmdError
 from daemon.http import backend
@@ -33,6 +34,10 @@ log = logging.getLogger("lmd.app")
 
 SESSION_NAME = re.compile(r"[\w.:@+-]{1,128}")  # used with fullmatch: "$" lets "\n" through
 MAX_PROMPT_ID = 2**63 - 1  # SQLite's largest integer; bigger ids overflow the driver
+AGENTS_OWN_SESSIONS = (
+    "A client relaying a model's words changes only its own sessions (agent:NAME); the "
+    "user promotes prompts of theirs with lmd history promote."
+)
 
 
 class TooLarge(LmdError):
@@ -325,6 +330,9 @@ async def promote(request: Request) -> Response:
     prompt = daemon.store.prompt(prompt_id)
     if prompt is None:
         raise LmdError(f"There is no prompt {prompt_id}; `lmd history` lists them.", status=404)
+    if own_session(prompt.session) != prompt.session:
+        # an agent (lmd mcp serve) shapes only its own sessions' contexts, never the user's
+        raise LmdError(AGENTS_OWN_SESSIONS, status=403)
     points = karma.karma_for("operative", daemon.settings())
     daemon.store.set_karma([prompt_id], "operative", points)
     return JSONResponse({"id": prompt_id, "kind": "operative", "karma": points})
