@@ -163,3 +163,42 @@ def test_ctrl_c_on_lmd_say_stops_the_answer(home, live, backend):
     assert [r[:2] for r in rows(home, "ctrl-c")] == [("user", "failed"), ("error", "error")]
     assert rows(home, "ctrl-c")[1][2].startswith("The client closed the connection")
     next_turn_answers(d, backend, "ctrl-c")
+
+
+def test_leaving_while_a_command_runs_stops_it_and_the_audit_keeps_it(
+    home, live, backend, tmp_path
+):
+    """marat was running a command (approved: marat_approval never) when the client left: the
+    command's processes end, the audit row says it was stopped, and the session goes on."""
+    from tests.daemons import processes_with
+
+    configure(home, marat_approval="never", marat_start_dir=str(tmp_path))
+    d = live()
+    marker = "600.4242"
+    backend.queue(f"Thought: wait.\nAction:\n```bash\nsleep {marker}\n```")
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
+    body = b"marat wait a while"
+    s.sendall(
+        b"POST /v1 HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Session: cmd\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    assert wait_for(lambda: processes_with(marker), 30)
+    s.close()
+    assert wait_for(lambda: not processes_with(marker), 30), processes_with(marker)
+    conn = sqlite3.connect(home / "lmd.db")
+    try:
+        audit = conn.execute(
+            "SELECT command, exit_code, output, approval FROM marat_commands WHERE session = ?",
+            ["cmd"],
+        ).fetchall()
+    finally:
+        conn.close()
+    assert audit == [
+        (
+            f"sleep {marker}",
+            None,
+            "(stopped while it ran: the client went away, so the answer was cancelled)",
+            "never",
+        )
+    ]
+    next_turn_answers(d, backend, "cmd")
