@@ -1,6 +1,6 @@
 """Only commands are asked about (issue 36): a proposed "command" that is prose, a file name or
 no program bash can run goes back to the model as format help, in every protocol, and the user
-never hears it; a command that is one is quoted exactly (no full stop glued to `cd ..`)."""
+never hears it; a command that is one is quoted exactly (no full stop glued to it)."""
 
 from __future__ import annotations
 
@@ -13,24 +13,13 @@ import pytest
 from plugins.marat import proposed
 from tests.fake_backend import Reply
 
+from . import test_protocols
 from .conftest import action, final
 
-
-@pytest.fixture
-def marat(make_client, projects, backend):
-    """A factory: the stand-in's capabilities are set before the daemon probes them."""
-
-    def make(**caps):
-        backend.capabilities.update(caps)
-        return make_client(marat_start_dir=str(projects["other"]))
-
-    return make
-
-
-def say(client, text: str) -> dict:
-    r = client.post("/v1", content=text, headers={"Accept": "application/json"})
-    assert r.status_code == 200, r.text
-    return r.json()
+# the factory (capabilities set before the daemon probes them) and the JSON say of the
+# protocol tests
+marat = test_protocols.marat
+say = test_protocols.say
 
 
 NOT_COMMANDS = [
