@@ -122,6 +122,12 @@ def new_question(pending: dict, asked: str | None = None) -> dict:
     return out
 
 
+def not_heard(pending: dict) -> dict:
+    """`pending` as if the current client had not heard it (it went away before the answer
+    reached it): its next yes is said the question first."""
+    return {**pending, "heard_by": [h for h in pending.get("heard_by") or [] if h != _hearer()]}
+
+
 def heard(pending: dict | None) -> bool:
     """Did the current request's client hear exactly this question? With an echoed id, that
     id decides; else the client's name must be among those who heard it."""

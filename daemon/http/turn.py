@@ -194,6 +194,8 @@ async def run_turn(
             # The client closed its connection (or shutdown's grace ran out): what was said
             # is kept, marked as cut; an answer not begun is said to have stopped.
             gone = outcome.gone or not daemon.stopping
+            if session.pending is not None:  # asked, but the client may not have heard it
+                session.pending = approvals.not_heard(session.pending)
             if chunks:
                 keep_cut("client" if gone else "shutdown")
             else:
