@@ -137,6 +137,9 @@ _GROUPS: dict[str, dict[str, str]] = {
     "Approvals and MCP": {
         "approval_allowed": "daemon.approvals",
         "approval_fingerprint": "daemon.approvals",
+        "answer_word": "daemon.approvals",
+        "relays_model": "daemon.approvals",
+        "not_heard_reply": "daemon.approvals",
         "mcp_hub": "daemon.mcpclient",
         "McpHub": "daemon.mcpclient",
         "mcp_rule_name": "daemon.mcpclient",
@@ -252,6 +255,9 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "batch_concurrency",
     "approval_allowed",
     "approval_fingerprint",
+    "answer_word",
+    "relays_model",
+    "not_heard_reply",
     "mcp_hub",
     "McpHub",
     "mcp_rule_name",
@@ -298,7 +304,13 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon import rules
-    from daemon.approvals import approval_allowed, approval_fingerprint
+    from daemon.approvals import (
+        answer_word,
+        approval_allowed,
+        approval_fingerprint,
+        not_heard_reply,
+        relays_model,
+    )
     from daemon.backends import tokens
     from daemon.backends.capabilities import Capabilities, stored_cache
     from daemon.backends.choice import choose_backend

@@ -230,6 +230,10 @@ def say(
         reply = send(utterance, session=session, url=url, as_json=as_json, cwd=cwd, speak=speak)
     except ClientError as e:
         fail(for_terminal(e.message, raw, sys.stderr))
+    except KeyboardInterrupt:
+        # the connection is closed by now: the daemon stops the answer (what was said so far
+        # is kept in the history, marked as cut)
+        fail("Stopped: lmd stops that answer too.", 130)
     if as_json:
         import json  # here: the plain reply, the usual case, needs no JSON encoder
 

@@ -78,7 +78,8 @@ def _loopback_request(
             if not os.environ.get("LMD_TOKEN"):
                 _check_owner(sock, host, port)
             sock.sendall(message)
-            status, headers, raw = _read_response(sock.makefile("rb"))
+            with sock.makefile("rb") as f:  # closed with the socket, even on Ctrl-C
+                status, headers, raw = _read_response(f)
     except ForeignDaemon as e:
         raise ClientError(str(e)) from None
     except TimeoutError:
@@ -218,6 +219,19 @@ def _error_sentence(raw: bytes) -> str:
     return text
 
 
+def client_name() -> str:
+    """Who hears a question lmd asks (X-Lmd-Client): LMD_CLIENT, else `lmd say` in this
+    terminal (its session id: every `lmd say` typed in one terminal is one client, and a
+    "yes" typed in another terminal answers nothing it did not hear). See daemon.approvals."""
+    name = os.environ.get("LMD_CLIENT", "").strip()
+    if name and name.isascii() and name.isprintable():
+        return name[:128]
+    try:
+        return f"lmd-say/{os.getsid(0)}"
+    except OSError:
+        return f"lmd-say/{os.getppid()}"
+
+
 def say(
     text: str,
     *,
@@ -229,7 +243,10 @@ def say(
     speak: bool = False,
 ) -> Any:
     """Send an utterance to POST /v1; return the reply text (or the JSON reply)."""
-    headers = {"Accept": "application/json" if as_json else "text/plain"}
+    headers = {
+        "Accept": "application/json" if as_json else "text/plain",
+        "X-Lmd-Client": client_name(),
+    }
     if speak:
         headers["X-Speak"] = "1"
     query = {}

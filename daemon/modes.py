@@ -100,9 +100,11 @@ class Context:
         return self.session.state.setdefault(self.mode, {})
 
     def history(self) -> list[Prompt]:
-        """The session's prompts chosen by karma for the next model call, oldest first."""
+        """The session's prompts chosen by karma for the next model call, oldest first: this
+        mode's own, and of the other modes only their turns (what was said and answered),
+        never their protocol steps."""
         s = self.settings
-        recent = self.store.recent(self.session.name, s["recent_history_limit"])
+        recent = self.store.recent(self.session.name, s["recent_history_limit"], self.mode)
         karma = _karma()
         return karma.select(
             recent,
@@ -119,7 +121,8 @@ class Context:
     def add_prompt(
         self, role: str, content: str, kind: str = "default", meta: dict | None = None
     ) -> int:
-        """Store a turn of this session (e.g. a thought or an observation)."""
+        """Store a step of this mode's own work in the session (a thought, an observation, a
+        format correction): only this mode's contexts take it (`history`)."""
         return record_turn(
             self.store,
             self.settings,
@@ -129,15 +132,29 @@ class Context:
             kind,
             self.mode,
             meta=meta,
+            step=True,
         )
 
     def set_karma(self, ids: list[int], kind: str) -> None:
         self.store.set_karma(ids, kind, _karma().karma_for(kind, self.settings))
 
     def set_pending(self, pending: dict | None) -> None:
-        """Wait for the user's next utterance (e.g. an approval); None clears it."""
+        """Wait for the user's next utterance (e.g. an approval); None clears it. The question
+        gets its identity and remembers that this request's client heard it (a question kept
+        open, with its id, keeps it: daemon.approvals)."""
+        from daemon.approvals import new_question, public
+
         if pending is None:
             self.session.pending = None
         else:
-            self.session.pending = {**pending, "mode": self.mode, "created_at": time.time()}
-        self.extra["pending"] = self.session.pending
+            pending = {**pending, "mode": self.mode, "created_at": time.time()}
+            self.session.pending = new_question(pending)
+        self.extra["pending"] = public(self.session.pending)
+
+    def keep_pending(self, pending: dict) -> None:
+        """The question stays open as it was (its id, its time); this request's client has
+        now heard it (an answer lmd could not use, or a question said again)."""
+        from daemon.approvals import new_question, public
+
+        self.session.pending = new_question(pending)
+        self.extra["pending"] = public(self.session.pending)

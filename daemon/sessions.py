@@ -9,12 +9,19 @@ from daemon.store import Session
 def resolve(
     session: Session, parsed: Parsed, default_mode: str, idle_secs: float, now: float
 ) -> tuple[str, dict | None]:
-    """Return (mode, pending continuation handed to it or None)."""
+    """Return (mode, pending continuation handed to it or None). An answer with the waiting
+    question's own directive ("marat, yes") answers it; any other directive leaves it."""
     fresh = session.last_active and now - session.last_active < idle_secs
+    pending = session.pending if fresh else None
     if parsed.mode is not None:
+        if pending and pending.get("mode") == parsed.mode and parsed.rest:
+            from daemon.approvals import is_answer
+
+            if is_answer(parsed.rest):
+                return parsed.mode, pending
         return parsed.mode, None
-    if session.pending and fresh:
-        return session.pending["mode"], session.pending
+    if pending:
+        return pending["mode"], pending
     if session.mode and fresh:
         return session.mode, None
     return default_mode, None

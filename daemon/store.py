@@ -62,6 +62,10 @@ class Prompt:
     created_at: float
     status: str = "ok"
     meta: dict = field(default_factory=dict)
+    # 1: a step of its mode's own protocol (a thought, a tool call, an observation, a format
+    # correction), which only that mode's contexts take; 0: a turn (what the user said, the
+    # reply), which every mode's context may take.
+    step: int = 0
 
     @classmethod
     def from_row(cls, row: dict) -> Prompt:
@@ -171,6 +175,19 @@ def m006_rule_ids(db: sqlite_utils.Database) -> None:
     make(db)
 
 
+def m007_prompt_steps(db: sqlite_utils.Database) -> None:
+    """A mode's protocol steps are kept apart from the turns (Prompt.step). Rows from before
+    are marked as well as they can be told: marat's thoughts and observations (their meta
+    says so), tool calls, format corrections and refusals."""
+    db.execute("ALTER TABLE prompts ADD COLUMN step INTEGER NOT NULL DEFAULT 0")
+    db.execute(
+        "UPDATE prompts SET step = 1 WHERE role != 'error' AND ("
+        " (json_valid(meta) AND (json_extract(meta, '$.marat') IS NOT NULL"
+        "  OR json_extract(meta, '$.tool_call') IS NOT NULL))"
+        " OR content LIKE 'Format help:%' OR content LIKE 'Refused: never use sudo%')"
+    )
+
+
 CORE_MIGRATIONS: list[Migration] = [
     m001_prompts,
     m002_sessions,
@@ -178,6 +195,7 @@ CORE_MIGRATIONS: list[Migration] = [
     m004_backend_capabilities,
     m005_rules,
     m006_rule_ids,
+    m007_prompt_steps,
 ]
 
 
@@ -347,11 +365,12 @@ class Store:
         status: str = "ok",
         meta: dict | None = None,
         created_at: float | None = None,
+        step: bool = False,
     ) -> int:
         with self.lock:
             cur = self.db.execute(
                 "INSERT INTO prompts (session, role, content, tokens, karma, kind, mode,"
-                " created_at, status, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " created_at, status, meta, step) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     session,
                     role,
@@ -363,19 +382,23 @@ class Store:
                     time.time() if created_at is None else created_at,
                     status,
                     json.dumps(meta or {}),
+                    int(step),
                 ],
             )
             return cur.lastrowid
 
-    def recent(self, session: str, limit: int) -> list[Prompt]:
-        """The session's newest `limit` prompts that may enter a context, oldest first."""
+    def recent(self, session: str, limit: int, mode: str | None = None) -> list[Prompt]:
+        """The session's newest `limit` prompts that may enter a context, oldest first; for
+        `mode`, its own rows and only the turns of other modes (never their protocol steps:
+        marat's JSON step in dali's context made dali answer in marat's format)."""
         conn = (self.db if self.db.conn.in_transaction else self._reader).conn
+        own = "" if mode is None else " AND (step = 0 OR mode = ?)"
         rows = conn.execute(
             # a failed turn (the backend unreachable, say) stays in the history, marked, and
             # never reaches a later context: it would steer the model with a dead question
             f"SELECT {PROMPT_COLUMNS} FROM prompts WHERE session = ? AND role != 'error'"
-            " AND status != 'failed' ORDER BY id DESC LIMIT ?",
-            [session, limit],
+            f" AND status != 'failed'{own} ORDER BY id DESC LIMIT ?",
+            [session, limit] if mode is None else [session, mode, limit],
         ).fetchall()
         return [Prompt.from_tuple(r) for r in reversed(rows)]
 

@@ -142,6 +142,10 @@ class FakeBackend:
         self._queue: deque[Reply] = deque()
         self.active = 0
         self.max_active = 0
+        # Requests whose client (lmd) closed the connection before the answer was whole
+        # (mid-stream, or during `delay`: the model reading the prompt): their bodies.
+        self.closed: list[Any] = []
+        self.client_closed = threading.Event()
 
     @property
     def capabilities(self) -> Capabilities:
@@ -305,8 +309,8 @@ class _Handler(BaseHTTPRequestHandler):
         replies = [self.owner.next_reply(body) for _ in range(n)]
         first = replies[0]
         wait = first.delay + self.owner.latency
-        if wait:
-            time.sleep(wait)
+        if wait and self._closed_within(wait):
+            return self._client_left(body)  # lmd gave up while the "model" read the prompt
         if first.reset:
             self.connection.setsockopt(
                 socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
@@ -403,8 +407,8 @@ class _Handler(BaseHTTPRequestHandler):
                 }
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
-                if r.chunk_delay:
-                    time.sleep(r.chunk_delay)
+                if r.chunk_delay and self._closed_within(r.chunk_delay):
+                    return self._client_left(body)
             final = {"index": 0, "delta": {}, "finish_reason": r.finish_reason}
             if not chat:
                 final = {"index": 0, "text": "", "finish_reason": r.finish_reason}
@@ -418,7 +422,29 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
-            pass
+            self._client_left(body)
+
+    def _closed_within(self, seconds: float) -> bool:
+        """Wait `seconds`, or until the client closes its connection (then True)."""
+        import select
+
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if not select.select([self.connection], [], [], left)[0]:
+                return False
+            try:
+                if not self.connection.recv(1, socket.MSG_PEEK):
+                    return True
+            except OSError:
+                return True
+            time.sleep(left)  # bytes of a next request, not a close: wait the rest
+        return False
+
+    def _client_left(self, body: Any) -> None:
+        self.close_connection = True
+        with self.owner._lock:
+            self.owner.closed.append(body)
+        self.owner.client_closed.set()
 
     def _probe(self, feature: str, body: Any) -> None:
         """Answer lmd's capability probe as a server with `owner.capabilities` would."""

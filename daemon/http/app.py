@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from daemon import __version__, karma
+from daemon.approvals import own_session
 from daemon.core import Daemon, route_keys
 from daemon.errors import LmdError
 from daemon.http import backend, relay
@@ -33,6 +34,10 @@ log = logging.getLogger("lmd.app")
 
 SESSION_NAME = re.compile(r"[\w.:@+-]{1,128}")  # used with fullmatch: "$" lets "\n" through
 MAX_PROMPT_ID = 2**63 - 1  # SQLite's largest integer; bigger ids overflow the driver
+AGENTS_OWN_SESSIONS = (
+    "A client relaying a model's words changes only its own sessions (agent:NAME); the "
+    "user promotes prompts of theirs with lmd history promote."
+)
 
 
 class TooLarge(LmdError):
@@ -210,19 +215,29 @@ async def v1(request: Request) -> Response:
     plain = not wants_json(request) and not wants_stream(request)
     default = plain and daemon.settings()["speak_plain_replies"]
     speak = wants_speech(request.headers, request.query_params, default)
-    turn = TurnReply(daemon, name, text, stream=wants_stream(request), speak=speak, cwd=cwd)
+    turn = TurnReply(
+        daemon,
+        name,
+        text,
+        stream=wants_stream(request),
+        speak=speak,
+        cwd=cwd,
+        receive=request.receive,
+    )
     if wants_stream(request):
         await turn.start()
         events = turn.events(LmdEvents(turn.outcome))
         return StreamingResponse(events, media_type="text/event-stream")
     reply = await turn.whole()
+    # the question this reply asks, for a client that answers by its id (daemon.approvals)
+    asked = {"X-Lmd-Question": turn.outcome.question} if turn.outcome.question else None
     if wants_json(request):
-        return JSONResponse(turn.outcome.to_json())
+        return JSONResponse(turn.outcome.to_json(), headers=asked)
     if not speak and not wants_raw(request.headers, request.query_params):
         # plain text never carries markdown fences unless asked (speech has none left, and
         # its verbatim spans were kept whole already)
         reply = unfence(reply)
-    return PlainTextResponse(reply if reply.endswith("\n") else reply + "\n")
+    return PlainTextResponse(reply if reply.endswith("\n") else reply + "\n", headers=asked)
 
 
 class LmdEvents:
@@ -315,6 +330,9 @@ async def promote(request: Request) -> Response:
     prompt = daemon.store.prompt(prompt_id)
     if prompt is None:
         raise LmdError(f"There is no prompt {prompt_id}; `lmd history` lists them.", status=404)
+    if own_session(prompt.session) != prompt.session:
+        # an agent (lmd mcp serve) shapes only its own sessions' contexts, never the user's
+        raise LmdError(AGENTS_OWN_SESSIONS, status=403)
     points = karma.karma_for("operative", daemon.settings())
     daemon.store.set_karma([prompt_id], "operative", points)
     return JSONResponse({"id": prompt_id, "kind": "operative", "karma": points})

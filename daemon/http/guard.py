@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from daemon.approvals import REQUEST_AGENT
+from daemon.approvals import REQUEST_AGENT, REQUEST_LISTENER, Listener
 
 log = logging.getLogger("lmd.guard")
 
@@ -97,6 +97,7 @@ class Guard:
         if scope["type"] != "http":  # lifespan
             return await self.app(scope, receive, send)
         host = auth = site = agent = approve = None
+        client = question = ""
         origins: list[str] = []
         for key, value in scope["headers"]:
             if key == b"host":
@@ -113,6 +114,10 @@ class Guard:
                 agent = value
             elif key == b"x-lmd-approve":
                 approve = value.decode("latin-1").strip()
+            elif key == b"x-lmd-client":  # who hears a question (daemon.approvals)
+                client = value.decode("latin-1").strip()[:128]
+            elif key == b"x-lmd-question":  # the question an answer is for
+                question = value.decode("latin-1").strip()[:64]
         if self.loopback_only and _host_name(host or "") not in LOOPBACK_HOSTS:
             return await refuse(scope, send, 403, NOT_LOCAL)
         path = scope["path"]
@@ -142,9 +147,11 @@ class Guard:
             how = "agent"
         mark = REQUEST_AUTH.set(how)
         agent_mark = REQUEST_AGENT.set(None if agent is None else (approve or ""))
+        listener_mark = REQUEST_LISTENER.set(Listener(client, question))
         try:
             await self.app(scope, receive, send)
         finally:
+            REQUEST_LISTENER.reset(listener_mark)
             REQUEST_AGENT.reset(agent_mark)
             REQUEST_AUTH.reset(mark)
 

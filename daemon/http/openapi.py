@@ -92,6 +92,11 @@ def core_paths(setting_names: list[str]) -> dict[str, dict]:
         {"name": "X-Cwd", "in": "header", "schema": CWD},
         {"name": "cwd", "in": "query", "schema": CWD},
     ]
+    # who hears a question, and which question an answer is for (docs/security.md)
+    answer_params = [
+        {"name": "X-Lmd-Client", "in": "header", "schema": {"type": "string", "maxLength": 128}},
+        {"name": "X-Lmd-Question", "in": "header", "schema": {"type": "string", "maxLength": 64}},
+    ]
     v1_reply = {
         "type": "object",
         "properties": {
@@ -108,7 +113,7 @@ def core_paths(setting_names: list[str]) -> dict[str, dict]:
             "post": {
                 "summary": "Say something; the mode named by the first word (or the session's) "
                 "answers.",
-                "parameters": session_params,
+                "parameters": session_params + answer_params,
                 "requestBody": {
                     "required": True,
                     "content": {

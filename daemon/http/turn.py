@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from daemon import directives, sessions
+from daemon import approvals, directives, sessions
 from daemon.backends.accounting import TurnUsage, begin_turn
 from daemon.errors import BackendError, LmdError
 from daemon.modes import Context, record_turn
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("lmd.turn")
 
 CUT_SENTENCE = "The daemon stopped before this was finished; say it again."
+GONE_SENTENCE = "The client closed the connection before the answer began, so I stopped it."
 LENGTH_NOTE = (
     "\n\n(The answer was cut off here: it reached the model's length limit. Say "
     '"go on" to hear more.)'
@@ -54,6 +55,12 @@ class Outcome:
     pending: dict | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     usage: TurnUsage = field(default_factory=TurnUsage)  # what the backend counted
+    gone: bool = False  # the client closed its connection: the turn was cancelled
+
+    @property
+    def question(self) -> str | None:
+        """The id of the question this reply asks (sent as X-Lmd-Question), if any."""
+        return (self.pending or {}).get("id")
 
     def to_json(self) -> dict:
         out = {
@@ -61,7 +68,7 @@ class Outcome:
             "reply": self.reply,
             "session": self.session,
             "prompt_ids": {"user": self.user_prompt_id, "reply": self.reply_prompt_id},
-            "pending": self.pending,
+            "pending": approvals.public(self.pending),
             **self.extra,
         }
         if self.usage.cut:
@@ -82,7 +89,8 @@ async def run_turn(
     """Answer one utterance; yields the reply's chunks and fills `outcome`. With
     `say_cut`, a reply the backend cut at its length limit ends with a sentence saying so, and a
     model answer without a word is a failure that says so (the OpenAI endpoint passes both
-    through as the backend sent them)."""
+    through as the backend sent them). An agent's request speaks in a session of its own."""
+    session_name = outcome.session = approvals.own_session(session_name)
     async with daemon.locks.hold(session_name):
         outcome.usage = begin_turn()
         settings = daemon.settings()
@@ -115,10 +123,17 @@ async def run_turn(
                 status=503,
             )
         outcome.mode = mode_name
-        session.pending = None  # handed to the mode now; it may set a new one
 
         def store_turn(role: str, content: str, kind: str, **kw: Any) -> int:
             return record_turn(store, settings, session_name, role, content, kind, mode_name, **kw)
+
+        unheard = pending is not None and not approvals.heard(pending)
+        if unheard and approvals.is_answer(parsed.rest):
+            # An answer from a client that did not hear this question (another client's, or
+            # one that changed since): it answers nothing; the question is said to it.
+            yield await _ask_again(store, session, pending, parsed.rest, outcome, store_turn)
+            return
+        session.pending = None  # handed to the mode now; it may set a new one
 
         if parsed.mode is not None and not parsed.rest:
             # A directive alone switches the session's mode.
@@ -150,6 +165,19 @@ async def run_turn(
         )
         chunks: list[str] = []
         finished = False
+
+        def keep_cut(why: str) -> None:
+            """What was said before the answer stopped, kept marked as cut and why."""
+            if chunks and outcome.reply_prompt_id is None:
+                outcome.reply_prompt_id = store_turn(
+                    "assistant",
+                    unmark("".join(chunks)),
+                    ctx.reply_kind,
+                    status="cut",
+                    meta={**(ctx.reply_meta or {}), "cut_by": why},
+                )
+                store.save_session(session)
+
         try:
             async for chunk in mode.respond(ctx):
                 if chunk:
@@ -159,25 +187,30 @@ async def run_turn(
                 raise BackendError(EMPTY_CUT_SENTENCE if outcome.usage.cut else EMPTY_SENTENCE)
             finished = True
         except LmdError as e:
-            _record_failure(store, outcome, store_turn, e.message, session)
+            keep_cut("error")  # the words before a failure are not lost with it
+            _record_failure(store, outcome, store_turn, e.message, session, not chunks)
             raise
         except asyncio.CancelledError:
-            # Shutdown's grace ran out (or the task was cancelled): say so in the history.
-            if not chunks:
-                _record_failure(store, outcome, store_turn, CUT_SENTENCE, session)
+            # The client closed its connection (or shutdown's grace ran out): what was said
+            # is kept, marked as cut; an answer not begun is said to have stopped.
+            gone = outcome.gone or not daemon.stopping
+            if session.pending is not None:  # asked, but the client may not have heard it
+                session.pending = approvals.not_heard(session.pending)
+            if chunks:
+                keep_cut("client" if gone else "shutdown")
+            else:
+                sentence = GONE_SENTENCE if gone else CUT_SENTENCE
+                _record_failure(store, outcome, store_turn, sentence, session)
             raise
         except Exception as e:
             log.exception("mode %s failed", mode_name)
             message = f"The {mode_name} mode failed unexpectedly ({type(e).__name__}); try again."
-            _record_failure(store, outcome, store_turn, message, session)
+            keep_cut("error")
+            _record_failure(store, outcome, store_turn, message, session, not chunks)
             raise LmdError(message, status=500) from e
         finally:
-            if not finished and chunks and outcome.reply_prompt_id is None:
-                # The client went away mid-stream: keep what was said, marked as cut.
-                outcome.reply_prompt_id = store_turn(
-                    "assistant", unmark("".join(chunks)), ctx.reply_kind, status="partial"
-                )
-                store.save_session(session)
+            if not finished:
+                keep_cut("client")  # the generator closed early (its reader went away)
         status = "ok"
         if outcome.usage.cut:
             # The model stopped at the length limit, not because it was done: say so, and
@@ -188,6 +221,9 @@ async def run_turn(
                 yield LENGTH_NOTE
         reply = unmark("".join(chunks))
         outcome.reply = reply
+        if session.pending is not None and "asked" not in session.pending:
+            # what the client heard, marks and all, to say again to a client that did not
+            session.pending["asked"] = "".join(chunks)
         outcome.pending = session.pending
         outcome.extra = ctx.extra
         if reply:
@@ -209,9 +245,29 @@ async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
     return await asyncio.to_thread(fn, *args, **kwargs)
 
 
-def _record_failure(store, outcome: Outcome, store_turn, message: str, session) -> None:
-    store.update_prompt(outcome.user_prompt_id, status="failed")
-    outcome.reply_prompt_id = store_turn("error", message, "none", status="error")
+async def _ask_again(store, session, pending: dict, said: str, outcome: Outcome, store_turn) -> str:
+    """Say the waiting question to a client that answered it unheard; from now on it has
+    heard it (its next yes answers it), and the question stays as it was."""
+    reply = approvals.not_heard_reply(pending)
+    session.pending = approvals.new_question(pending)
+    session.last_active = time.time()
+    outcome.user_prompt_id = await in_thread(store_turn, "user", said, "decorative")
+    outcome.reply_prompt_id = await in_thread(store_turn, "assistant", unmark(reply), "decorative")
+    await in_thread(store.save_session, session)
+    outcome.reply, outcome.pending = unmark(reply), session.pending
+    return reply
+
+
+def _record_failure(
+    store, outcome: Outcome, store_turn, message: str, session, failed: bool = True
+) -> None:
+    """The error row; with `failed`, the utterance is marked failed (out of later contexts:
+    nothing of its answer was said)."""
+    if failed:
+        store.update_prompt(outcome.user_prompt_id, status="failed")
+    reply_id = store_turn("error", message, "none", status="error")
+    if outcome.reply_prompt_id is None:
+        outcome.reply_prompt_id = reply_id
     session.last_active = time.time()
     store.save_session(session)
 
@@ -221,6 +277,15 @@ def working_directory(cwd: str | None) -> str | None:
     if cwd and ("\x00" in cwd or not Path(cwd).is_absolute()):
         raise LmdError("The working directory must be an absolute path.")
     return cwd or None
+
+
+class ClientGone(LmdError):
+    """The client closed its connection: the turn was stopped (the answer goes nowhere)."""
+
+    status = 499
+
+    def __init__(self) -> None:
+        super().__init__("The client closed the connection, so I stopped the answer.")
 
 
 class EventFormat(Protocol):
@@ -259,11 +324,13 @@ class TurnReply:
         cwd: str | None = None,
         mode: str | None = None,
         say_cut: bool = True,
+        receive: Any = None,
     ) -> None:
         self.daemon = daemon
         self.outcome = Outcome(session=session)
         self.speak = speak
         self.first: str | None = None
+        self.receive = receive  # the request's ASGI receive: it says when the client is gone
         chunks = run_turn(
             daemon, session, text, self.outcome, stream, working_directory(cwd), mode, say_cut
         )
@@ -274,14 +341,20 @@ class TurnReply:
         daemon = self.daemon
         task = asyncio.current_task()
         daemon.inflight.add(task)
+        watch = self._watch(task)
         try:
             reply = "".join([c async for c in self.chunks])
         except asyncio.CancelledError:
+            if self.outcome.gone:
+                task.uncancel()  # our own cut: the client is gone, nobody hears the answer
+                raise ClientGone() from None
             if not daemon.stopping:
                 raise
             task.uncancel()  # our own cut (see Daemon.stop_inflight): answer with a sentence
             raise LmdError(SHUTDOWN_SENTENCE, status=503) from None
         finally:
+            if watch is not None:
+                watch.cancel()
             daemon.inflight.discard(task)
         if self.speak:
             reply = speakable(reply)  # verbatim spans (a command to approve) pass untouched
@@ -289,9 +362,35 @@ class TurnReply:
         return reply  # with its verbatim marks for unfence(); JSON reads outcome.reply
 
     async def start(self) -> str | None:
-        """Pull the first chunk (None for an empty reply) before the response begins."""
-        self.first = await anext(self.chunks, None)
+        """Pull the first chunk (None for an empty reply) before the response begins. Once
+        it has begun, the streaming response itself stops the turn when the client leaves."""
+        task = asyncio.current_task()
+        watch = self._watch(task)
+        try:
+            self.first = await anext(self.chunks, None)
+        except asyncio.CancelledError:
+            if not self.outcome.gone:
+                raise
+            task.uncancel()
+            raise ClientGone() from None
+        finally:
+            if watch is not None:
+                watch.cancel()
         return self.first
+
+    def _watch(self, task: asyncio.Task | None) -> asyncio.Task | None:
+        """A task that cancels `task` (the turn) when the client closes its connection: an
+        answer nobody waits for must not keep the model, or the session, busy."""
+        if self.receive is None or task is None:
+            return None
+
+        async def watch() -> None:
+            while (await self.receive())["type"] != "http.disconnect":
+                pass  # the body was read whole before the turn: nothing else can come
+            self.outcome.gone = True
+            task.cancel()
+
+        return asyncio.create_task(watch())
 
     async def events(self, form: EventFormat) -> AsyncIterator[str]:
         """The started stream as server-sent events in `form`, ending with [DONE]."""

@@ -360,6 +360,7 @@ async def _chat(request: Any) -> Any:
         cwd=cwd,
         mode=chat.mode,
         say_cut=False,
+        receive=request.receive,  # a client that leaves stops the answer
     )
     model_name = daemon.settings()["openai_model"]
 

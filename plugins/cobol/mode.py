@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-from daemon.api import Context, approval_allowed, verbatim
+from daemon.api import Context, approval_allowed, not_heard_reply, relays_model, verbatim
 
 from . import focus, patches
 from .compiling import (
@@ -35,12 +35,16 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
     if pending:
         answer = yes_or_no(text)
         if answer is True and not approval_allowed(pending):
-            # a client relaying a model's words (lmd mcp serve) cannot say the user's yes
-            ctx.session.pending = ctx.extra["pending"] = pending
-            ctx.state["pending"] = pending
+            # a client relaying a model's words (lmd mcp serve) cannot say the user's yes, and
+            # a client that did not hear this question cannot answer it (it hears it now)
+            ctx.keep_pending(pending)
+            ctx.state["pending"] = ctx.session.pending
+            if not relays_model():
+                yield not_heard_reply(pending)
+                return
             yield (
-                "This change waits for the user's own yes: say yes to lmd itself (lmd say "
-                "yes, or by voice). A client's model cannot approve it."
+                "This change waits for the user's own yes: the user says it to lmd itself "
+                f"(lmd say --session {ctx.session.name} yes). A client's model cannot approve it."
             )
             return
         if answer is None:

@@ -4,11 +4,12 @@ Imported only by `lmd mcp serve` (it imports the SDK at once). No `from __future
 annotations`: the SDK reads the tools' annotations, which name closures of `build`.
 
 Every request it relays carries `X-Lmd-Agent: 1`: the words come from the client's model, so
-the daemon treats them as no one's yes (a waiting command stays waiting) and gives them none of
-the token's rights (protected settings stay shut). A command that waits for a yes is approved
-only by the client's *user*: the `approve` tool asks them through MCP elicitation, showing
-lmd's own question, and only their accept sends the yes, bound to that exact question
-(`X-Lmd-Approve`). A client without elicitation is told to have the user answer in lmd.
+the daemon gives them sessions of their own (`agent:NAME`: they never reach a question the user
+is waiting on), treats them as no one's yes and gives them none of the token's rights
+(protected settings stay shut). A command that waits for a yes is approved only by the
+client's *user*: the `approve` tool asks them through MCP elicitation, showing lmd's own
+question, and only their accept sends the yes, bound to that exact question (`X-Lmd-Approve`).
+A client without elicitation is told how the user answers in lmd itself.
 """
 
 import asyncio
@@ -43,7 +44,8 @@ def build(url: str | None = None) -> Any:
         "lmd",
         instructions=(
             "lmd is the user's language-model daemon. say() speaks to one of its modes "
-            "(dali answers, marat runs shell commands, cobol edits code) in a named session. "
+            "(dali answers, marat runs shell commands, cobol edits code) in a named session "
+            "of your own (lmd keeps agents' sessions apart from the user's). "
             "A command that needs the user's yes waits: call approve() to show the question "
             "to the user; you cannot answer it yourself."
         ),
@@ -65,11 +67,16 @@ def build(url: str | None = None) -> Any:
         reply = outcome.get("reply") or ""
         pending = outcome.get("pending")
         if pending and pending.get("kind") == "approval":
-            waiting[session] = {"question": reply, "fingerprint": approval_fingerprint(pending)}
+            waiting[session] = {
+                "question": reply,
+                "fingerprint": approval_fingerprint(pending),
+                "session": outcome.get("session") or session,  # agent:NAME, where it waits
+            }
             return (
                 f"{reply}\n\n[lmd waits for the user's yes in session {session}. You cannot give "
                 "it: call approve with this session to show the question to the user, or ask "
-                "them to answer in lmd itself.]"
+                f"them to answer in lmd itself (lmd say --session {waiting[session]['session']} "
+                "yes).]"
             )
         waiting.pop(session, None)
         return reply
@@ -111,7 +118,8 @@ def build(url: str | None = None) -> Any:
         if data == NO_ELICITATION:
             return (
                 "This client cannot ask its user (no MCP elicitation), and you cannot approve "
-                "it: the user must say yes to lmd itself (lmd say yes, or by voice)."
+                "it: the user must say yes to lmd itself (lmd say --session "
+                f"{asked['session']} yes)."
             )
         if getattr(answer, "action", "") == "cancel":
             return "The user did not answer; the command still waits."

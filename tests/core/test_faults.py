@@ -153,9 +153,10 @@ def test_truncated_stream_is_an_error_not_a_short_reply(make_client, backend, ho
     assert 'data: "one "' in events and 'data: "two "' in events
     assert any(e.startswith("event: error") and "cut off" in e for e in events)
     assert events[-2] == "data: [DONE]"
-    # Not stored as a complete answer: the utterance is kept and marked failed.
+    # Not stored as a complete answer: what was said is kept, marked cut, then the failure.
     assert rows(home) == [
-        ("user", "failed", "tell me"),
+        ("user", "ok", "tell me"),
+        ("assistant", "cut", "one two "),
         (
             "error",
             "error",

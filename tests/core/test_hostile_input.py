@@ -295,7 +295,7 @@ def test_bad_working_directory_is_refused(client, backend, cwd):
 
 
 def test_client_leaving_mid_stream_keeps_the_partial_reply(home, live, backend):
-    """The client hangs up after the first words: what was said is stored as partial, the
+    """The client hangs up after the first words: what was said is stored as cut, the
     utterance kept, and the daemon keeps serving the session."""
     import sqlite3
 
@@ -327,7 +327,7 @@ def test_client_leaving_mid_stream_keeps_the_partial_reply(home, live, backend):
     assert wait_for(lambda: len(stored()) == 2, 10), stored()
     (user, reply) = stored()
     assert user == ("user", "ok", "count slowly")
-    assert reply[:2] == ("assistant", "partial") and reply[2].startswith("one two")
+    assert reply[:2] == ("assistant", "cut") and reply[2].startswith("one two")
     assert len(reply[2]) < len("one two three four five six seven eight")
     backend.queue("after the hang-up")
     assert say(d.url, "default", "dali still there")[:2] == (200, "after the hang-up")

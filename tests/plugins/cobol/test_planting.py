@@ -58,6 +58,22 @@ def test_a_planting_edit_asks_showing_the_diff(cobol, backend, path, why):
     assert (cobol.repo / path).read_text() == body + "\n"
 
 
+def test_a_yes_from_a_client_that_did_not_hear_the_change_applies_nothing(cobol, backend):
+    """cobol's questions are bound to the client that heard them, as marat's: another
+    client's "apply it" applies nothing and that client hears the question first."""
+    backend.queue(diff("Makefile", "all:\n\techo planted"))
+    cobol.say("cobol focus on calc.py lines 4 to 5")
+    asked = cobol.say("cobol add a build file")
+    assert asked["pending"]["action"] == "apply"
+    other = {"Accept": "application/json", "X-Session": cobol.session, "X-Lmd-Client": "b"}
+    r = cobol.client.post("/v1", content=b"apply it", headers=other).json()
+    assert r["reply"].startswith("I did nothing: the question waiting here was asked to")
+    assert "+\techo planted" in r["reply"] and not (cobol.repo / "Makefile").exists()
+    assert r["pending"] == asked["pending"]
+    cobol.client.post("/v1", content=b"apply it", headers=other)
+    assert (cobol.repo / "Makefile").read_text() == "all:\n\techo planted\n"
+
+
 def test_an_executable_bit_asks(cobol, backend):
     backend.queue(diff("tools/run.sh", "echo hi", mode="new file mode 100755\n"))
     cobol.say("cobol focus on calc.py lines 4 to 5")

@@ -15,6 +15,8 @@ from tests.real_model import configure_real_home
 
 from .conftest import action
 
+NOT_A_COMMAND = "Give one command that bash can run, or your final answer."
+
 
 def call(name: str, **arguments) -> Reply:
     return Reply("", tool_calls=[(name, json.dumps(arguments))])
@@ -194,6 +196,9 @@ def test_the_real_model_gets_a_parseable_step_every_turn(real_model, tmp_path):
         store = Store(home / "lmd.db")
         helps = [p for p in store.history(None, 200) if p.content.startswith("Format help")]
         store.close()
-        assert helps == []  # every step parsed
+        # every step parsed; what the tiny model proposed may still be no command (it once
+        # proposed the directory's name): that goes back to it (plugins/marat/proposed.py)
+        not_commands = [p for p in helps if p.content.endswith(NOT_A_COMMAND)]
+        assert [p for p in helps if p not in not_commands] == []
     finally:
         d.stop()

@@ -5,6 +5,7 @@ restart; the voice's list and forget; and bad inputs that must not make or widen
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import urllib.request
@@ -294,9 +295,14 @@ def test_the_second_question_about_a_command_tells_how_to_stop_the_questions(
 def test_the_hint_never_speaks_words_the_model_chose_beyond_a_program_name(
     home, live, backend, proj
 ):
-    # a quoted "program" could make the hint (said outside the verbatim command) speak for lmd
+    # a quoted "program" could make the hint (said outside the verbatim command) speak for lmd;
+    # it is one on the daemon's PATH (else it is no command, and goes back to the model)
     configure(home, marat_start_dir=str(proj))
-    d = live()
+    spoofed = proj.parent / "spoof-bin"
+    spoofed.mkdir()
+    (spoofed / "ls. It only reads, so say yes").write_text("#!/bin/sh\n")
+    (spoofed / "ls. It only reads, so say yes").chmod(0o755)
+    d = live(env={"PATH": f"{spoofed}{os.pathsep}{os.environ['PATH']}"})
     spoof = "'ls. It only reads, so say yes' x"
     for _ in (1, 2):
         backend.clear()

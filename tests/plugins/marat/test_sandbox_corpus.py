@@ -264,6 +264,18 @@ PLANT_BUILD = (
 # is the same code for any level: the root's forced run has both, the ordinary user's default
 # run one (an ordinary user's sandbox is killed another way), and no other run repeats them.
 TIMERS = {"tail -f /dev/zero", "yes"}
+
+
+def _is_command_here(command: str) -> bool:
+    """A program this machine lacks (rg, say) makes no command: marat tells the model so and
+    neither asks nor runs it (plugins/marat/proposed.py), so such entries are left out."""
+    from plugins.marat.proposed import first_program, known
+
+    word = first_program(command)
+    return word is None or "%" in word or known(word, "/")
+
+
+CORPUS = [(family, command) for family, command in CORPUS if _is_command_here(command)]
 UNTIMED = [(family, command) for family, command in CORPUS if command not in TIMERS]
 ONE_TIMER = [(family, command) for family, command in CORPUS if command != "yes"]
 

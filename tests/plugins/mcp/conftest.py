@@ -7,6 +7,15 @@ from importlib.util import find_spec
 import pytest
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _sdk_bound_to_the_real_stderr() -> None:
+    """The SDK's stdio client takes sys.stderr as its default errlog when first imported:
+    imported first inside a CliRunner run (`lmd mcp list` in-process), it kept click's
+    capture, and every later stdio client in that worker failed (fileno). Import it here."""
+    if find_spec("mcp") is not None:
+        import mcp.client.stdio  # noqa: F401
+
+
 @pytest.fixture(scope="session")
 def mcp_server_command(tmp_path_factory) -> list[str]:
     """The command (and first arguments) that starts the test MCP server over stdio."""

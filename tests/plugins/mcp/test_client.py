@@ -77,10 +77,7 @@ def tools_backend(backend):
 def test_marat_calls_a_stdio_tool_only_after_a_spoken_yes(home, tmp_path, tools_backend, live):
     log = tmp_path / "notes.log"
     write_config(home, log)
-    tools_backend.queue(
-        call("mcp__t__write_note", line="hello"),
-        Reply("", tool_calls=[("final", '{"answer": "Noted."}')]),
-    )
+    tools_backend.queue(call("mcp__t__write_note", line="hello"))
     d = live()
     asked = say(d.url, "marat note hello")
     assert asked["reply"] == (
@@ -90,13 +87,23 @@ def test_marat_calls_a_stdio_tool_only_after_a_spoken_yes(home, tmp_path, tools_
     assert not log.exists()
     offered = [t["function"]["name"] for t in tools_backend.chat_requests[0]["tools"]]
     assert offered[:2] == ["bash", "final"] and "mcp__t__write_note" in offered
-    # the model's relay (X-Lmd-Agent, as lmd mcp serve sends) cannot say the user's yes
-    refused = say(d.url, "yes", **{"X-Lmd-Agent": "1"})
-    assert "waits for the user's own yes" in refused["reply"] and not log.exists()
-    # nor with an approval bound to another question
-    stale = say(d.url, "yes", **{"X-Lmd-Agent": "1", "X-Lmd-Approve": "0" * 64})
+    # the model's relay (X-Lmd-Agent, as lmd mcp serve sends) speaks in a session of its
+    # own: its yes reaches no question of the user's
+    agent = {"X-Lmd-Agent": "1"}
+    relayed = say(d.url, "marat yes", **agent)
+    assert relayed["session"] == "agent:s1" and relayed["pending"] is None
+    assert relayed["reply"].startswith("Nothing is waiting") and not log.exists()
+    # in its own session it cannot say its user's yes either, nor bind one to another question
+    tools_backend.queue(call("mcp__t__write_note", line="agent"))
+    own = say(d.url, "marat note agent", "s2", **agent)
+    assert own["session"] == "agent:s2" and own["pending"]["command"].endswith('"agent"}')
+    refused = say(d.url, "yes", "s2", **agent)
+    assert "waits for the user's own yes" in refused["reply"]
+    assert "lmd say --session agent:s2 yes" in refused["reply"]
+    stale = say(d.url, "yes", "s2", **{**agent, "X-Lmd-Approve": "0" * 64})
     assert "waits for the user's own yes" in stale["reply"] and not log.exists()
-    assert stale["pending"] == asked["pending"]  # the question still waits, unchanged
+    assert stale["pending"] == own["pending"]  # the question still waits, unchanged
+    tools_backend.queue(Reply("", tool_calls=[("final", '{"answer": "Noted."}')]))
     done = say(d.url, "yes")
     assert done["reply"] == "Noted."
     assert log.read_text() == "hello\n"

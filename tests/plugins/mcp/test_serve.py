@@ -81,9 +81,10 @@ def test_tools_lm_score_and_a_dali_turn(home, backend, live):
                 "content": "hello there",
             }
             found = json.loads(text(await client.call_tool("history_search", {"query": "HELLO"})))
+            # the agent spoke in a session of its own (daemon.approvals)
             assert [(f["session"], f["role"], f["content"]) for f in found] == [
-                ("editor", "assistant", "Hello from dali."),
-                ("editor", "user", "hello there"),
+                ("agent:editor", "assistant", "Hello from dali."),
+                ("agent:editor", "user", "hello there"),
             ]
 
     run(session())
