@@ -32,7 +32,7 @@ from daemon.api import (
     verbatim,
 )
 
-from . import audit, prompt, protocols, safety
+from . import answers, audit, prompt, protocols, safety
 from .execute import execute, start_dir
 
 # An answer to "Say yes to run it, or no" is made only of these words, with at least one of
@@ -108,7 +108,7 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
     if pending is None and stale:
         # A question nobody answered (expired, or the user moved on): its loop is done with.
         _finish_karma(ctx, Task.from_pending(stale), done=False)
-    ruling = rules.parse_answer(ctx.text)  # only ever what the user said
+    ruling = answers.parse_answer(ctx.text)  # only ever what the user said
     agent = not approval_allowed(None)  # a client relaying a model's words (lmd mcp serve)
     if pending is not None:
         word = answer_word(ctx.text) or (
@@ -177,11 +177,11 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
         ctx.reply_kind = "decorative"
         yield "Nothing is waiting for a yes or a no; say what you want done."
         return
-    if rules.asks_for_list(ctx.text):
+    if answers.asks_for_list(ctx.text):
         ctx.reply_kind = "decorative"
-        yield rules.spoken_list(ctx.store, ctx.session.name)
+        yield answers.spoken_list(ctx.store, ctx.session.name)
         return
-    target = rules.forget_target(ctx.text)
+    target = answers.forget_target(ctx.text)
     if target is not None:
         ctx.reply_kind = "decorative"
         # only the user changes rules: never a client relaying a model's words
@@ -205,7 +205,7 @@ def _pending_approval(ctx: Context) -> dict | None:
         return ctx.pending
     kept = ctx.state.get("approval")
     idle = ctx.settings["end_session_after_idle_secs"]
-    answered = answer_word(ctx.text) or rules.parse_answer(ctx.text)
+    answered = answer_word(ctx.text) or answers.parse_answer(ctx.text)
     if not kept or time.time() - kept.get("created_at", 0) >= idle or not answered:
         return None
     # Only when the question was the last thing said: not after a detour to another mode.
@@ -245,12 +245,12 @@ def _keep_pending(ctx: Context, pending: dict) -> None:
     ctx.state["approval"] = ctx.session.pending
 
 
-def _make_rules(ctx: Context, ruling: rules.Answer, pending: dict) -> str:
+def _make_rules(ctx: Context, ruling: answers.Answer, pending: dict) -> str:
     """Make the rules a spoken answer to `pending` asks for; the sentence that says them back.
     An MCP call's answer makes a tool rule (mcp:SERVER:TOOL), never a command rule of its text."""
     cwd, _ = start_dir(ctx.session.cwd, ctx.settings["marat_start_dir"])
     tool = pending.get("tool")
-    made, said = rules.make_from_answer(
+    made, said = answers.make_from_answer(
         ctx.store,
         ruling,
         cwd=cwd,
