@@ -145,6 +145,13 @@ _GROUPS: dict[str, dict[str, str]] = {
         "csv_cell": "daemon.tables",
         "csv_value": "daemon.tables",
     },
+    # Speech as speech engines write it: answers, numbers, names (docs/voice.md).
+    "Spoken words": {
+        "Heard": "daemon.spoken.answers",
+        "hear_answer": "daemon.spoken.answers",
+        "is_bare_answer": "daemon.spoken.answers",
+        "NOTHING_WAITING": "daemon.spoken.answers",
+    },
 }
 
 # Names that are whole modules (a namespace of helpers) rather than an attribute of one.
@@ -154,6 +161,7 @@ _MODULES = {"sandbox", "tokens", "rules"}
 _NOTES = {
     "PRIVATE_FILES": "The files in LMD_HOME that only the daemon's owner may read.",
     "NO_KEY": "The API key sent when there is none (local servers ignore it).",
+    "NOTHING_WAITING": "The sentence for a yes or a no that no question waits for.",
 }
 
 _WHERE = {name: module for group in _GROUPS.values() for name, module in group.items()}
@@ -249,6 +257,10 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "file_sha256",
     "csv_cell",
     "csv_value",
+    "Heard",
+    "hear_answer",
+    "is_bare_answer",
+    "NOTHING_WAITING",
 ]
 
 
@@ -321,6 +333,7 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.settings import Setting, SettingError, Settings, env_name, refuse_if_protected
     from daemon.shards import Shard, describe_parts, file_sha256, parse_shard, part_of
     from daemon.speak import unmark, verbatim, wants_speech
+    from daemon.spoken.answers import NOTHING_WAITING, Heard, hear_answer, is_bare_answer
     from daemon.tables import csv_cell, csv_value
     from daemon.terminal import clean
     from daemon.words import plural

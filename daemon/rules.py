@@ -11,8 +11,8 @@ read matches nothing (it asks, as without rules).
 An allow rule runs the command at once at the sandbox level it states: by default
 `workspace-write` with the rule's directory as the only writable place; `none` (outside the
 sandbox) only when the user said so in so many words. Only the user makes rules: by voice when
-answering a question (a mode's reading of a spoken answer, only ever what the user said), `lmd
-rules`, or an HTTP request carrying the daemon's token. Built-in defaults are rows like any other (origin
+answering a question (a mode reads the answer, only ever what the user said), `lmd rules`, or an
+HTTP request carrying the daemon's token. Built-in defaults are rows like any other (origin
 `built-in`), listed and removable.
 """
 

@@ -292,3 +292,41 @@ def spoken_list(store: Any, session: str) -> str:
         return f"You have made no rules.{tail}"
     lines = [f"Rule {r.id}: {r.sentence()}" for r in mine]
     return "\n".join(lines) + tail
+
+
+# -- a wait, or an answer that is no answer -------------------------------------------------
+ABOUT_PROMPT = (
+    "The user is deciding whether to let a shell command run, and asks a question about it. "
+    "Answer the question about this command in one or two short, plain sentences. Do not "
+    "propose other commands, and do not tell the user whether to say yes."
+)
+ABOUT_MOST_CHARS = 400  # a brief answer: the question comes after it
+
+
+async def about_command(ctx: Any, command: str, asked: str) -> str:
+    """A brief answer (the model's) to the user's question about the waiting command."""
+    from daemon.api import LmdError, plural
+
+    messages = [
+        {"role": "system", "content": ABOUT_PROMPT},
+        {"role": "user", "content": f"The command:\n{command}\n\nThe question: {asked}"},
+    ]
+    try:
+        text = (await ctx.llm.chat(messages, max_tokens=120)).strip()
+    except LmdError as e:
+        return f"I could not ask the model about it: {e.message}"
+    if not text:
+        return "The model had no answer to that."
+    if len(text) > ABOUT_MOST_CHARS:
+        cut = len(text) - ABOUT_MOST_CHARS
+        text = text[:ABOUT_MOST_CHARS].rsplit(" ", 1)[0] + f"... ({plural(cut, 'character')} cut)"
+    return f"The model says: {text}"
+
+
+def held(heard: Any, asked_again: str) -> str:
+    """The reply to a wait or an unclear answer: the question stays, asked again."""
+    if heard.outcome == "wait" and heard.question:
+        return f"It is still waiting. {asked_again}"
+    if heard.outcome == "wait":
+        return f"All right, it waits for your answer. {asked_again}"
+    return f"{heard.say_again()} {asked_again}"

@@ -22,6 +22,8 @@ from daemon.api import (
     action_protocol,
     approval_allowed,
     daemon_secrets,
+    hear_answer,
+    is_bare_answer,
     mcp_hub,
     mcp_rule_name,
     plural,
@@ -35,27 +37,15 @@ from daemon.api import (
 from . import answers, audit, prompt, protocols, safety
 from .execute import execute, start_dir
 
-# An answer to "Say yes to run it, or no" is made only of these words, with at least one of
-# the strong ones ("No, cancel." and "yes please, run it" count; "no idea, list files" does not).
-YES_WORDS = {"yes", "yeah", "yep", "yup", "sure", "ok", "okay", "do", "run", "go", "ahead",
-             "it", "please", "that", "fine", "alright", "right"}  # fmt: skip
-YES_STRONG = {"yes", "yeah", "yep", "yup", "sure", "ok", "okay", "do", "run", "go", "alright"}
-NO_WORDS = {"no", "nope", "cancel", "stop", "don't", "dont", "do", "not", "abort", "never",
-            "mind", "thanks", "it", "run", "please", "that", "forget"}  # fmt: skip
-NO_STRONG = {"no", "nope", "cancel", "stop", "don't", "dont", "not", "abort", "never", "forget"}
-
 _REMEMBER = re.compile(r"^\s*remember\b(?:\s*[:,\-]\s*|\s+that\b\s*|\s*$)(.*)$", re.I | re.S)
 _THAT = {"", "this", "that", "it", "the last answer", "the answer", "what you said"}
 
 
 def answer_word(text: str) -> str | None:
-    """'yes', 'no', or None for anything else (dictation adds case and punctuation)."""
-    words = set(re.sub(r"[^\w' ]+", " ", text.lower().replace("\u2019", "'")).split())
-    if words and words <= NO_WORDS and words & NO_STRONG:
-        return "no"
-    if words and words <= YES_WORDS and words & YES_STRONG:
-        return "yes"
-    return None
+    """'yes', 'no', or None for anything else: a wait, an unclear answer, a request (the
+    core's reading of spoken answers, biased to refuse)."""
+    heard = hear_answer(text)
+    return heard.outcome if heard is not None and heard.outcome in ("yes", "no") else None
 
 
 @dataclass
@@ -130,6 +120,16 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
             _keep_pending(ctx, pending)
             yield f"{ruling.problem} The command is still waiting."
             return
+        heard = hear_answer(ctx.text) if word is None else None
+        if heard is not None:  # a wait, or an answer lmd cannot take for one: it stays asked
+            _keep_pending(ctx, pending)
+            ctx.reply_kind = "decorative"
+            ctx.set_karma([ctx.user_prompt_id], "decorative")
+            ctx.extra["heard"] = heard.outcome
+            if heard.question and pending.get("tool") is None:
+                yield await answers.about_command(ctx, pending["command"], heard.question) + "\n"
+            yield answers.held(heard, _asked_again(pending))
+            return
         if word == "yes":
             command = pending["command"]
             if pending.get("tool"):
@@ -171,7 +171,7 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
             return
         # Anything else drops the command and is handled as a new task.
         ctx.extra["dropped_command"] = pending["command"]
-    if pending is None and (answer_word(ctx.text) is not None or ruling is not None):
+    if pending is None and (is_bare_answer(ctx.text) or ruling is not None):
         # a bare yes or no with nothing waiting is not a task (a new six-turn task from "no"
         # surprised people): say so
         ctx.reply_kind = "decorative"
@@ -205,7 +205,7 @@ def _pending_approval(ctx: Context) -> dict | None:
         return ctx.pending
     kept = ctx.state.get("approval")
     idle = ctx.settings["end_session_after_idle_secs"]
-    answered = answer_word(ctx.text) or answers.parse_answer(ctx.text)
+    answered = hear_answer(ctx.text) or answers.parse_answer(ctx.text)
     if not kept or time.time() - kept.get("created_at", 0) >= idle or not answered:
         return None
     # Only when the question was the last thing said: not after a detour to another mode.
@@ -230,6 +230,13 @@ def question(command: str, why: str = "", marked: bool = False) -> str:
     else:
         asked = f"I am about to run: {shown}. Say yes to run it, or no."
     return f"{asked} {why}" if why else asked
+
+
+def _asked_again(pending: dict) -> str:
+    """The waiting question, asked again: the exact command (or tool call)."""
+    if pending.get("tool") is None:
+        return question(pending["command"], marked=True)
+    return pending.get("question") or question(pending["command"], marked=True)
 
 
 def fingerprint(command: str) -> str:

@@ -6,6 +6,8 @@ import pytest
 
 from plugins.marat import answers
 
+from .conftest import action, final, say
+
 
 # -- what the user says ----------------------------------------------------------------------------
 @pytest.mark.parametrize(
@@ -83,3 +85,67 @@ def test_asking_for_the_rules(said, expected):
 )
 def test_forgetting_a_rule(said, target):
     assert answers.forget_target(said) == target
+
+
+# -- a wait or an unclear answer keeps the question (issue 38 item 1) ----------------------------
+@pytest.fixture
+def marat(make_client, projects):
+    return make_client(marat_start_dir=str(projects["other"]))
+
+
+def _ask_to_touch(marat, backend, projects, name="made.txt"):
+    backend.queue(action(f"touch {name}"))
+    body = say(marat, f"marat create a file called {name}").json()
+    assert body["pending"]["command"] == f"touch {name}"
+    return projects["other"] / name
+
+
+def test_a_question_about_the_command_is_answered_and_the_question_stays(marat, backend, projects):
+    target = _ask_to_touch(marat, backend, projects)
+    backend.queue("It creates an empty file called made.txt.", final("Created."))
+    body = say(marat, "Wait, what does it do?").json()
+    assert body["reply"] == (
+        "The model says: It creates an empty file called made.txt.\nIt is still waiting. "
+        "I am about to run: touch made.txt. Say yes to run it, or no."
+    )
+    assert body["pending"]["command"] == "touch made.txt" and not target.exists()
+    asked = backend.chat_requests[-1]["messages"]
+    assert "do not tell the user whether to say yes" in asked[0]["content"]
+    assert asked[1]["content"] == "The command:\ntouch made.txt\n\nThe question: what does it do?"
+    assert backend.chat_requests[-1]["max_tokens"] == 120
+    # the question stayed: a yes now runs it
+    assert say(marat, "Sounds good.").json()["reply"] == "Created."
+    assert target.exists()
+
+
+@pytest.mark.parametrize("said", ["hold on", "Not yet.", "One moment."])
+def test_a_wait_keeps_the_question_without_a_model_call(marat, backend, projects, said):
+    target = _ask_to_touch(marat, backend, projects)
+    calls = len(backend.chat_requests)
+    body = say(marat, said).json()
+    assert body["reply"] == (
+        "All right, it waits for your answer. I am about to run: touch made.txt. Say yes to "
+        "run it, or no."
+    )
+    assert body["pending"]["command"] == "touch made.txt" and body["heard"] == "wait"
+    assert len(backend.chat_requests) == calls and not target.exists()
+    backend.queue(final("Created."))
+    say(marat, "Um, yes.")
+    assert target.exists()
+
+
+@pytest.mark.parametrize(
+    "said",
+    ["yeah, no", "yes if it's safe", "sure, but use sudo", "yes, and then list the logs", "y",
+     "👍", "はい", "yes?"],
+)  # fmt: skip
+def test_an_unclear_answer_runs_nothing_and_asks_again(marat, backend, projects, said):
+    target = _ask_to_touch(marat, backend, projects)
+    calls = len(backend.chat_requests)
+    body = say(marat, said).json()
+    assert body["reply"].startswith("I heard") and "so nothing ran." in body["reply"]
+    assert body["reply"].endswith("I am about to run: touch made.txt. Say yes to run it, or no.")
+    assert body["pending"]["command"] == "touch made.txt" and body["heard"] == "unclear"
+    assert len(backend.chat_requests) == calls and not target.exists()
+    assert say(marat, "No.").json()["reply"] == "All right, I did not run touch made.txt."
+    assert not target.exists()
