@@ -151,6 +151,14 @@ _GROUPS: dict[str, dict[str, str]] = {
         "hear_answer": "daemon.spoken.answers",
         "is_bare_answer": "daemon.spoken.answers",
         "NOTHING_WAITING": "daemon.spoken.answers",
+        "spoken_number": "daemon.spoken.numbers",
+        "spoken_quantity": "daemon.spoken.numbers",
+        "in_unit": "daemon.spoken.numbers",
+        "match_name": "daemon.spoken.names",
+        "NameMatch": "daemon.spoken.names",
+        "spoken_punctuation": "daemon.spoken.names",
+        "parse_directive": "daemon.directives",
+        "alias_problem": "daemon.directives",
     },
 }
 
@@ -261,6 +269,14 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "hear_answer",
     "is_bare_answer",
     "NOTHING_WAITING",
+    "spoken_number",
+    "spoken_quantity",
+    "in_unit",
+    "match_name",
+    "NameMatch",
+    "spoken_punctuation",
+    "parse_directive",
+    "alias_problem",
 ]
 
 
@@ -305,6 +321,7 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.cli import add_history_listing, fail, home_option, open_daemon_state
     from daemon.client import ClientError, daemon_url, request
     from daemon.core import Daemon, Registry, check_setting, collect
+    from daemon.directives import alias_problem, parse_directive
     from daemon.errors import BackendError, LmdError
     from daemon.execution import sandbox
     from daemon.execution.bash import SimpleCommand, Unmodelled, join_continuations, simple_commands
@@ -334,6 +351,8 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.shards import Shard, describe_parts, file_sha256, parse_shard, part_of
     from daemon.speak import unmark, verbatim, wants_speech
     from daemon.spoken.answers import NOTHING_WAITING, Heard, hear_answer, is_bare_answer
+    from daemon.spoken.names import NameMatch, match_name, spoken_punctuation
+    from daemon.spoken.numbers import in_unit, spoken_number, spoken_quantity
     from daemon.tables import csv_cell, csv_value
     from daemon.terminal import clean
     from daemon.words import plural
