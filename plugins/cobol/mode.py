@@ -88,7 +88,12 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
         supersede_focus(ctx)
         ctx.set_karma([ctx.user_prompt_id], "instructive")
         ctx.reply_kind = "instructive"
-        yield f"Focused on {chosen.describe()}."
+        heard = ctx.extra.get("heard_as")
+        yield (
+            f"{heard} Focused on {chosen.describe()}."
+            if heard
+            else f"Focused on {chosen.describe()}."
+        )
     elif intent == "edit":
         async for chunk in edit(job, text):
             yield chunk
