@@ -159,6 +159,7 @@ _GROUPS: dict[str, dict[str, str]] = {
         "spoken_punctuation": "daemon.spoken.names",
         "parse_directive": "daemon.directives",
         "alias_problem": "daemon.directives",
+        "dictation_hint": "daemon.spoken.vocabulary",
     },
 }
 
@@ -277,6 +278,7 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "spoken_punctuation",
     "parse_directive",
     "alias_problem",
+    "dictation_hint",
 ]
 
 
@@ -353,6 +355,7 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.spoken.answers import NOTHING_WAITING, Heard, hear_answer, is_bare_answer
     from daemon.spoken.names import NameMatch, match_name, spoken_punctuation
     from daemon.spoken.numbers import in_unit, spoken_number, spoken_quantity
+    from daemon.spoken.vocabulary import dictation_hint
     from daemon.tables import csv_cell, csv_value
     from daemon.terminal import clean
     from daemon.words import plural

@@ -157,12 +157,20 @@ def m005_rules(db: sqlite_utils.Database) -> None:
     make(db)
 
 
+def m006_words(db: sqlite_utils.Database) -> None:
+    """The user's dictionary of spoken words (daemon/spoken/vocabulary.py)."""
+    from daemon.spoken.vocabulary import m006_words as make
+
+    make(db)
+
+
 CORE_MIGRATIONS: list[Migration] = [
     m001_prompts,
     m002_sessions,
     m003_operative_karma,
     m004_backend_capabilities,
     m005_rules,
+    m006_words,
 ]
 
 

@@ -338,9 +338,14 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
     )
     for problem in problems:  # a failing MCP server: one sentence, and the task goes on
         yield problem + "\n"
+    hint = await prompt.dictated(ctx, task.instruction_id)  # what dictated words mean here
+    if hint:
+        ctx.extra["dictation_hint"] = hint
     for _ in range(turns):
         cwd, _note = start_dir(ctx.session.cwd, s["marat_start_dir"])
         system = prompt.system_prompt(s["system"], cwd, protocol, tools)
+        if hint:
+            system += "\n\n" + hint
         memory = project_memory(cwd, s)
         if memory.text:
             system += "\n\n" + memory.text
