@@ -41,6 +41,8 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('llm_max_retries', '2');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('backend_capabilities', '{}');
 -- The OS bash commands are written for. Allowed: any text.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('system', 'Ubuntu 22.04');
+-- Tell the model what a dictated request's words probably mean here (spoken punctuation, names in the repository and on PATH, lmd words) beside them. Allowed: true or false (also yes/no, t/f, on/off).
+INSERT OR IGNORE INTO settings (name, value) VALUES ('dictation_hints', 'true');
 -- Mode used when no directive applies (one of the registered modes). Allowed: any text.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('default_prompt', 'dali');
 -- Idle seconds before a session resets. Allowed: a whole number of at least 0.

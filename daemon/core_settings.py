@@ -271,6 +271,13 @@ CORE_SETTINGS = [
     ),
     Setting("system", "Ubuntu 22.04", "str", "The OS bash commands are written for."),
     Setting(
+        "dictation_hints",
+        True,
+        "bool",
+        "Tell the model what a dictated request's words probably mean here (spoken "
+        "punctuation, names in the repository and on PATH, lmd words) beside them.",
+    ),
+    Setting(
         "default_prompt",
         "dali",
         "str",

@@ -53,7 +53,7 @@ _PHRASES.update(
         "again|really|it|that|this|one|the command|command|that one|this one|sir|madam|"
         "ma am|mate|buddy|dude|friend|lmd|computer|marat|cobol|dali|knob|right|good|great|"
         "perfect|cool|nice|excellent|awesome|fantastic|wonderful|lovely|brilliant|ok so|"
-        "for me|very much|i said|i say",
+        "for me|to me|very much|i said|i say",
     )
 )
 _PHRASES.update(
@@ -86,7 +86,7 @@ _PHRASES.update(
         "i do not think so|i would rather not|rather not|better not|definitely not|"
         "absolutely not|certainly not|of course not|not really|hell no|leave it|leave it alone|"
         "drop it|do not bother|i changed my mind|changed my mind|not a chance|no chance|"
-        "i do not want that|i do not want to|do not want that|no do not",
+        "i do not want that|i do not want to|do not want that",
     )
 )
 _PHRASES.update(
@@ -137,6 +137,10 @@ _CONTRACTIONS = {
 _QUESTION_WORDS = {"what", "why", "how", "which", "where", "who", "is", "does", "do", "will",
                    "would", "can", "could", "should", "are", "did", "was", "whats"}  # fmt: skip
 _POINTING = {"it", "that", "this", "command", "these", "those", "them", "thing"}
+# What a question about a command asks it to do ("what does it do", "is that safe").
+_DOING = {"do", "does", "did", "delete", "deletes", "change", "changes", "remove", "removes",
+          "touch", "safe", "need", "needed", "run", "runs", "work", "mean", "means", "affect",
+          "modify", "write", "writes", "break", "overwrite", "install", "cost", "take"}  # fmt: skip
 _TOKEN = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
 _SYMBOL = re.compile(r"[^\w\s.,!?;:'\"()\[\]\-\u2019\u2018\u201c\u201d\u2026]")
 
@@ -270,7 +274,7 @@ def _is_question(words: list[_Word], asks: bool) -> bool:
     texts = [w.text for w in words]
     if not texts or texts[0] not in _QUESTION_WORDS:
         return False
-    return asks or bool(_POINTING & set(texts))
+    return asks or bool(_POINTING & set(texts) and _DOING & set(texts))
 
 
 # Said to a question they are a yes; said with nothing asked they ask for more ("go on"

@@ -68,8 +68,8 @@ def spoken_punctuation(text: str, dash_joins: bool = False) -> str:
             infix = None  # "dot dot" is .., not two dots between words
         elif infix:
             prefix = None
-        if prefix and dash_joins and prefix[0] == "-" and out:
-            infix, prefix = prefix, None
+        if prefix and prefix[0] == "-" and out and (dash_joins or _option(out[-1])):
+            infix, prefix = prefix, None  # "my dash notes", "dash dash all dash namespaces"
         if infix:
             mark, n = infix
             if out:
@@ -101,6 +101,16 @@ def spoken_punctuation(text: str, dash_joins: bool = False) -> str:
             i += alone[1]
             continue
         word = words[i]
+        number = _number_after_option(words, i, out)
+        if number is not None:  # "dash five" -> -5, "dash n twenty" -> -n 20
+            text, n = number
+            if glue and out:
+                out[-1] += text
+            else:
+                out.append(text)
+            glue = False
+            i += n
+            continue
         if glue and out:
             out[-1] += word.strip(",")
         else:
@@ -108,6 +118,24 @@ def spoken_punctuation(text: str, dash_joins: bool = False) -> str:
         glue = False
         i += 1
     return " ".join(out)
+
+
+def _option(token: str) -> bool:
+    """A command-line option being spelled out ("--all", "-n")."""
+    return bool(re.fullmatch(r"--?[A-Za-z][\w-]*", token))
+
+
+def _number_after_option(words: list[str], i: int, out: list[str]) -> tuple[str, int] | None:
+    """Number words right after an option ("-" or "-n"): (digits, how many words)."""
+    from daemon.spoken.numbers import spoken_number
+
+    if not out or not (out[-1] == "-" or _option(out[-1])):
+        return None
+    for n in range(min(4, len(words) - i), 0, -1):
+        value = spoken_number(" ".join(words[i : i + n]))
+        if isinstance(value, int) and value >= 0 and not words[i].isdigit():
+            return str(value), n
+    return None
 
 
 def flat(name: str) -> str:

@@ -128,7 +128,14 @@ def known_names(cwd: str | None) -> list[Known]:
         branches = _git(cwd, "for-each-ref", "--format=%(refname:short)", "refs/heads")
         found += [Known(b, "a branch here") for b in branches]
     found += [Known(p, "a program") for p in _programs(os.environ.get("PATH", ""))]
+    found += [Known(c, "a git command") for c in _git_commands()]
     return found
+
+
+@functools.lru_cache(maxsize=1)
+def _git_commands() -> tuple[str, ...]:
+    """git's own commands (checkout, cherry-pick...), as git lists them."""
+    return tuple(_git(".", "--list-cmds=main"))
 
 
 class _Index:

@@ -38,7 +38,9 @@ async def edit(job: Job, text: str) -> AsyncIterator[str]:
     lines = job.lines(current.file)
     code = focus.render(current, lines, job.max_tokens, job.model)
     system = prompts.text("edit")
-    hint = await asyncio.to_thread(dictation_hint, text, job.repo, job.ctx.store)
+    hint = ""
+    if job.ctx.settings["dictation_hints"]:
+        hint = await asyncio.to_thread(dictation_hint, text, job.repo, job.ctx.store)
     if hint:  # what the dictated words probably mean here, beside them (they stay as said)
         system += "\n\n" + hint
         job.ctx.extra["dictation_hint"] = hint

@@ -190,7 +190,7 @@ async def dictated(ctx: Any, instruction_id: int) -> str:
     kept = ctx.state.get("dictation") or {}
     if kept.get("for") == instruction_id:
         return kept.get("hint", "")
-    if instruction_id != ctx.user_prompt_id:
+    if instruction_id != ctx.user_prompt_id or not ctx.settings["dictation_hints"]:
         return ""
     from .execute import start_dir
 
