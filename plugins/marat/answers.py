@@ -194,9 +194,13 @@ def make_from_answer(
     patterns: list[str | tuple[str, ...]] = []
     if tool is not None:
         # "yes, always for write_note" (or "write note") names the tool asked about
+        from daemon.api import match_name
+
         named = " ".join(answer.named or ()).lower()
         short = tool.rsplit(":", 1)[-1].lower()
-        if named and named not in (tool.lower(), short, short.replace("_", " ")):
+        # said as a speech engine writes it: "write notes", "right note" for write_note
+        heard = match_name(named, [tool.lower(), short]).name if named else None
+        if named and heard is None:
             raise rules.RuleError(
                 f"{' '.join(answer.named or ())} is not the tool I asked about ({tool}), so I "
                 "made no rule; say yes always, or name that tool."
@@ -272,12 +276,33 @@ def asks_for_list(text: str) -> bool:
     return bool(_LIST.match(text))
 
 
-def forget_target(text: str) -> str | None:
-    """ "forget the git commit rule" -> "git commit"; "forget rule 3" -> "3"; else None."""
+_FORGET_NUMBER = re.compile(
+    r"^\s*(?:please\s+)?(?:forget|remove|delete|drop|cancel)\s+(?:about\s+)?(?:(?:the|my)\s+)?"
+    r"rule\s+(?:number\s+)?(?P<said>[a-z][a-z\s-]{0,40}?)\s*[.!]*\s*$",
+    re.I,
+)
+
+
+def forget_target(text: str, store: Any = None, session: str | None = None) -> str | None:
+    """ "forget the git commit rule" -> "git commit"; "forget rule 3" (or "rule three") ->
+    "3"; else None. With the store, a pattern said as a speech engine writes it ("the get
+    commit rule") is matched against the session's rules by sound ("git commit")."""
+    from daemon.api import match_name, spoken_number
+
+    said = _FORGET_NUMBER.match(text)
+    if said:
+        number = spoken_number(said.group("said"))
+        if isinstance(number, int) and number > 0:
+            return str(number)
     m = _FORGET.match(text)
     if not m:
         return None
-    return (m.group("id") or m.group("for") or m.group("name") or "").strip() or None
+    target = (m.group("id") or m.group("for") or m.group("name") or "").strip() or None
+    if target is None or target.isdigit() or store is None:
+        return target
+    patterns = [r.pattern for r in rules.all_rules(store, session)]
+    found = match_name(target, patterns)
+    return found.name if found.name is not None else target
 
 
 def spoken_list(store: Any, session: str) -> str:

@@ -181,7 +181,7 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
         ctx.reply_kind = "decorative"
         yield answers.spoken_list(ctx.store, ctx.session.name)
         return
-    target = answers.forget_target(ctx.text)
+    target = answers.forget_target(ctx.text, ctx.store, ctx.session.name)
     if target is not None:
         ctx.reply_kind = "decorative"
         # only the user changes rules: never a client relaying a model's words

@@ -149,3 +149,46 @@ def test_an_unclear_answer_runs_nothing_and_asks_again(marat, backend, projects,
     assert len(backend.chat_requests) == calls and not target.exists()
     assert say(marat, "No.").json()["reply"] == "All right, I did not run touch made.txt."
     assert not target.exists()
+
+
+# -- rule numbers and names as spoken (issue 38 items 3 and 4) ----------------------------------
+@pytest.mark.parametrize(
+    ("said", "target"),
+    [
+        ("forget rule three", "3"),
+        ("Forget rule number twelve.", "12"),
+        ("forget rule twenty one", "21"),
+        ("forget rule lots", None),
+    ],
+)
+def test_forgetting_a_rule_by_its_spoken_number(said, target):
+    assert answers.forget_target(said) == target
+
+
+def test_a_rule_named_as_a_speech_engine_writes_it_is_found(tmp_path):
+    from daemon.store import Store
+
+    store = Store(tmp_path / "lmd.db")
+    store.migrate()
+    try:
+        proj = tmp_path / "proj"
+        proj.mkdir()
+        made, _ = answers.make_from_answer(
+            store, answers.parse_answer("yes, always here"), cwd=str(proj), session="s1",
+            command="git commit -m x",
+        )  # fmt: skip
+        assert answers.forget_target("forget the get commit rule", store, "s1") == "git commit"
+        assert answers.forget_target("forget the npm test rule", store, "s1") == "npm test"
+        # a tool named as spoken: "write notes" for write_note
+        tool_rules, said = answers.make_from_answer(
+            store, answers.parse_answer("yes, always for write notes"), cwd=str(proj),
+            session="s1", tool="mcp:notes:write_note",
+        )  # fmt: skip
+        assert [r.pattern for r in tool_rules] == ["mcp:notes:write_note"]
+        with pytest.raises(Exception, match="is not the tool I asked about"):
+            answers.make_from_answer(
+                store, answers.parse_answer("yes, always for delete everything"),
+                cwd=str(proj), session="s1", tool="mcp:notes:write_note",
+            )  # fmt: skip
+    finally:
+        store.close()
