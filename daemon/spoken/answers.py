@@ -277,9 +277,11 @@ def _is_question(words: list[_Word], asks: bool) -> bool:
     return asks or bool(_POINTING & set(texts) and _DOING & set(texts))
 
 
-# Said to a question they are a yes; said with nothing asked they ask for more ("go on"
-# after an answer that was cut): no bare answer.
-_GO_ON = {("go", "on"), ("continue",), ("carry", "on"), ("keep", "going")}
+# Said to a question they answer it; said with nothing asked they are requests ("go on"
+# after an answer that was cut, "go", "refuse" to a mode of one's own): no bare answer.
+_GO_ON = {("go", "on"), ("continue",), ("carry", "on"), ("keep", "going"), ("go",), ("run",),
+          ("execute",), ("proceed",), ("refuse",), ("i", "refuse"), ("decline",), ("deny",),
+          ("reject",), ("pause",)}  # fmt: skip
 
 
 def is_bare_answer(text: str) -> bool:

@@ -102,6 +102,8 @@ def test_no_yes_holds_a_refusal_a_doubt_or_a_condition(words):
         ("never run that", True),
         ("go on", False),  # asks for more of a cut answer
         ("continue", False),
+        ("go", False),  # a request to a mode of its own
+        ("please refuse", False),
         ("what does it do?", False),
         ("No idea, what should I cook?", False),
         ("yes, and then list the logs", False),
