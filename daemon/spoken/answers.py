@@ -53,7 +53,7 @@ _PHRASES.update(
         "again|really|it|that|this|one|the command|command|that one|this one|sir|madam|"
         "ma am|mate|buddy|dude|friend|lmd|computer|marat|cobol|dali|knob|right|good|great|"
         "perfect|cool|nice|excellent|awesome|fantastic|wonderful|lovely|brilliant|ok so|"
-        "for me|to me|very much|i said|i say",
+        "for me|to me|very much|i said|i say|uh huh|mm hmm|mhm",
     )
 )
 _PHRASES.update(
@@ -72,7 +72,8 @@ _PHRASES.update(
         "make it so|let us do it|let us do this|let us go|let us go ahead|no problem|no worries|"
         "not a problem|you bet|by all means|i agree|agreed|i am sure|for sure|totally|roger|"
         "roger that|right away|i do|yes i do|that is what i want|do it now|go right ahead|apply|"
-        "apply it|apply that|apply the change|apply the diff",
+        "apply it|apply that|apply the change|apply the diff|you can|yes you can|you may|"
+        "yes you may|you can do it|you can go ahead|you can run it",
     )
 )
 _PHRASES.update(
@@ -80,7 +81,10 @@ _PHRASES.update(
         "no",
         "no|nope|nah|naw|no no|no way|no thanks|no thank you|not that|not that one|not this|"
         "do not|do not run it|do not run that|do not run this|do not do it|do not do that|"
-        "please do not|cancel|cancel it|cancel that|stop|stop it|abort|abort it|skip|skip it|"
+        "wrong|that is wrong|incorrect|that is incorrect|that is not right|not right|"
+        "please do not|please do not run it|please do not run that|please do not run this|"
+        "please do not do it|please do not do that|cancel|cancel it|cancel that|stop|stop it|"
+        "abort|abort it|skip|skip it|"
         "skip that|never|never ever|never mind|nevermind|forget it|forget that|forget about it|"
         "negative|decline|declined|deny|denied|reject|rejected|refuse|i refuse|"
         "i do not think so|i would rather not|rather not|better not|definitely not|"
@@ -106,7 +110,7 @@ _PHRASES.update(
     _lexicon(
         "unsure",
         "maybe|perhaps|probably|possibly|i guess|i guess so|i suppose|i suppose so|i think|"
-        "i think so|not sure|i am not sure|dunno|i do not know|uh huh|mm hmm|mhm|uh uh|kind of|"
+        "i think so|not sure|i am not sure|dunno|i do not know|uh uh|kind of|"
         "sort of|whatever|if you want|if you like|up to you|your call|i do not care|why not|"
         "could be|might as well|i would say so",
     )

@@ -209,6 +209,85 @@ no|No! Stop!
 no|No, never mind.
 no|Not that.
 no|Not that one.
+yes|Yeah go ahead.
+yes|Yes, do it please.
+yes|Sure, go ahead and do that.
+yes|Yep, sounds good to me.
+yes|OK, let's do it.
+yes|Fine, go ahead.
+yes|Alright, run it.
+yes|Yes, please go ahead.
+yes|Go for it!
+yes|Definitely, go ahead.
+yes|Okay, sure.
+yes|Yes, absolutely.
+yes|Sure thing, go for it.
+yes|Yeah, that's right.
+yes|That's right.
+yes|Yes, correct.
+yes|Uh, sure.
+yes|Okay, do that.
+yes|Please go ahead.
+yes|Yes, go.
+yes|Yes, please do that.
+yes|Yes, I confirm.
+yes|I'm fine with that.
+yes|That sounds fine.
+yes|Go right ahead.
+yes|Do that.
+yes|Yes, do that now.
+yes|Yeah, do it.
+yes|Yup, go.
+yes|Ok go
+yes|yes go ahead please
+yes|Yes, that is correct.
+yes|Sure, that works.
+yes|OK, that's fine, go ahead.
+yes|Yes, execute it.
+yes|Affirmative, go ahead.
+yes|Yes, yes, go ahead.
+yes|Sure, sounds good.
+yes|Yeah sure
+yes|Yeah okay
+yes|yes ok
+yes|Okey dokey.
+yes|Yes, you can.
+yes|You can.
+yes|Yes, you may.
+yes|Go ahead and do it.
+yes|Yeah, let's go.
+yes|Yes, proceed.
+yes|Mhm, yes.
+yes|Yes of course.
+yes|Sure, of course.
+no|No, don't do that.
+no|Nope, not that.
+no|No, please don't.
+no|Cancel that.
+no|No, stop.
+no|Don't do that.
+no|Nah, leave it.
+no|No, I don't want that.
+no|Please cancel.
+no|No, skip it.
+no|No, that's wrong.
+no|That's wrong.
+no|Wrong.
+no|Stop, don't.
+no|No, cancel it.
+no|Nope, never mind.
+no|No, forget it.
+no|Absolutely not, no.
+no|No, thank you.
+no|Please don't run that.
+no|No, don't run that command.
+no|Do not do that.
+no|Not that command.
+no|I said no.
+no|Incorrect.
+no|No, abort.
+no|No no, cancel.
+no|Negative, cancel.
 wait|wait
 wait|Wait.
 wait|Wait!
