@@ -394,6 +394,9 @@ task|how many files are here
 """
 )
 
+# A run-on of 300 words that starts with a yes: too long to be one.
+ANSWERS.append(("unclear", "Yes, " + " ".join(["and then do something else as well"] * 43)))
+
 # (utterance, the mode it picks or "" for none: the default mode gets the whole utterance)
 DIRECTIVES = [
     ("marat list the files", "marat"),

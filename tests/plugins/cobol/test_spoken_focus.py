@@ -111,3 +111,15 @@ def test_cobol_hears_wait_and_idioms_and_keeps_its_question(
     calls = len(backend.chat_requests)
     assert cobol.say("cobol yes")["reply"] == NOTHING_WAITING
     assert len(backend.chat_requests) == calls
+
+
+def test_a_dictated_edit_gets_the_hint_beside_its_words(cobol, backend):
+    cobol.say("cobol focus on daemon slash core dot pie lines four to five")
+    backend.queue("no diff here")
+    cobol.say("cobol rewrite add so that it calls parse underscore header", expect=422)
+    sent = backend.chat_requests[0]["messages"]
+    assert (
+        "spoken punctuation written out: rewrite add so that it calls parse_header"
+        in (sent[0]["content"])
+    )
+    assert "rewrite add so that it calls parse underscore header" in sent[1]["content"]
