@@ -72,10 +72,7 @@ def spoken_punctuation(text: str, dash_joins: bool = False) -> str:
             infix, prefix = prefix, None  # "my dash notes", "dash dash all dash namespaces"
         if infix:
             mark, n = infix
-            if out:
-                out[-1] += mark
-            else:
-                out.append(mark)
+            _put(out, mark, join=True)
             glue = True
             i += n
             if mark == ".":
@@ -85,39 +82,22 @@ def spoken_punctuation(text: str, dash_joins: bool = False) -> str:
                     i += ext[1]
                     glue = False
             continue
-        if prefix:
-            mark, n = prefix
-            if glue and out:
-                out[-1] += mark
-            else:
-                out.append(mark)
-            glue = True
-            i += n
-            continue
-        alone = _find(ALONE, words, i)
-        if alone:
-            out.append(alone[0])
-            glue = False
-            i += alone[1]
-            continue
-        word = words[i]
-        number = _number_after_option(words, i, out)
-        if number is not None:  # "dash five" -> -5, "dash n twenty" -> -n 20
-            text, n = number
-            if glue and out:
-                out[-1] += text
-            else:
-                out.append(text)
-            glue = False
-            i += n
-            continue
-        if glue and out:
-            out[-1] += word.strip(",")
-        else:
-            out.append(word)
-        glue = False
-        i += 1
+        alone = None if prefix else _find(ALONE, words, i)
+        number = None if prefix or alone else _number_after_option(words, i, out)
+        # a prefix mark (-, --, ~) joins the next word; a number after an option is digits
+        text, n = prefix or alone or number or (words[i].strip(",") if glue else words[i], 1)
+        _put(out, text, join=glue and not alone)
+        glue = bool(prefix)
+        i += n
     return " ".join(out)
+
+
+def _put(out: list[str], text: str, join: bool) -> None:
+    """Add `text` to the words written so far: joined to the last one, or as a word."""
+    if join and out:
+        out[-1] += text
+    else:
+        out.append(text)
 
 
 def _option(token: str) -> bool:

@@ -6,7 +6,8 @@ import pytest
 
 from plugins.marat import answers
 
-from .conftest import action, final, say
+from .conftest import final, say
+from .test_loop import _ask_to_touch
 
 
 # -- what the user says ----------------------------------------------------------------------------
@@ -91,13 +92,6 @@ def test_forgetting_a_rule(said, target):
 @pytest.fixture
 def marat(make_client, projects):
     return make_client(marat_start_dir=str(projects["other"]))
-
-
-def _ask_to_touch(marat, backend, projects, name="made.txt"):
-    backend.queue(action(f"touch {name}"))
-    body = say(marat, f"marat create a file called {name}").json()
-    assert body["pending"]["command"] == f"touch {name}"
-    return projects["other"] / name
 
 
 def test_a_question_about_the_command_is_answered_and_the_question_stays(marat, backend, projects):
