@@ -289,16 +289,16 @@ _GO_ON = {("go", "on"), ("continue",), ("carry", "on"), ("keep", "going"), ("go"
 
 
 def is_bare_answer(text: str) -> bool:
-    """An answer with nothing else in it: yes, no, a plain wait, or an answer that makes an
-    approval rule ("yes, always here", "never run that"); a question is not one, nor "go on"."""
+    """An answer with nothing else in it: yes, no, or an answer that makes an approval rule
+    ("yes, always here", "never run that"). A wait ("hold on") or a question is not one, nor
+    a verb that is also a request ("go on", "go", "refuse"): with nothing asked, the mode
+    hears those."""
     words, _ = _words(text)
     said = [(a, b) for kind, a, b in _phrases(words) if kind != "filler"]
     if said and all(tuple(w.text for w in words[a:b]) in _GO_ON for a, b in said):
         return False
     heard = hear_answer(text)
-    if heard is not None and heard.outcome in (YES, NO) and not heard.question:
-        return True
-    if heard is not None and heard.outcome == WAIT and not heard.question:
+    if heard is not None and heard.outcome in (YES, NO):
         return True
     return _rule_shaped(text)
 
@@ -337,8 +337,8 @@ def nothing_waiting(
     now: float,
     store: Any,
 ) -> str | None:
-    """The sentence for a bare answer ("yes", "no, never run that", "hold on") that no
-    question waits for, in any mode: no model call. None when the mode should hear it: a
+    """The sentence for a bare answer ("yes", "no, never run that") that no question waits
+    for, in any mode: no model call. None when the mode should hear it: a
     question was handed to it, its own question is waiting ("marat yes"), or its last reply
     asked something and this is a plain yes or no to that; or `named` (a directive named the
     mode) and the mode keeps state in this session (it may keep a question of its own)."""

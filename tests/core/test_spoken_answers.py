@@ -96,7 +96,7 @@ def test_no_yes_holds_a_refusal_a_doubt_or_a_condition(words):
     [
         ("yes", True),
         ("No.", True),
-        ("hold on", True),
+        ("hold on", False),  # with nothing asked, the mode hears it
         ("yes, always here", True),
         ("Yeah for this session", True),
         ("never run that", True),
@@ -130,7 +130,7 @@ def test_a_bare_answer_in_a_fresh_session_is_no_model_call(client, backend: Fake
 
 
 def test_in_every_mode_and_after_a_directive(client, backend: FakeBackend):
-    for said in ("dali yes", "cobol yes", "knob no", "marat, okay", "hold on"):
+    for said in ("dali yes", "cobol yes", "knob no", "marat, okay"):
         assert say(client, said, "fresh")["reply"] == NOTHING_WAITING, said
     assert backend.chat_requests == []
 
