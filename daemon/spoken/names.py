@@ -165,8 +165,8 @@ def match_name(spoken: str, names: Iterable[str], cutoff: float = 0.8) -> NameMa
     if not near:
         scored = [(difflib.SequenceMatcher(None, wanted, flat(n)).ratio(), n) for n in names]
         best = max((s for s, _ in scored), default=0.0)
-        if best >= cutoff:
-            near = [n for s, n in scored if s >= best - 0.02]
+        if best >= cutoff:  # one clear best: a close second is asked about, not guessed
+            near = [n for s, n in scored if s >= best - 0.1]
     if len(near) == 1:
         return NameMatch(near[0])
     return NameMatch(None, candidates=tuple(near))

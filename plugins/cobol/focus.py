@@ -131,8 +131,8 @@ def spoken_file(name: str, files: list[str]) -> tuple[str | None, str, list[str]
     """A file said by name ("core", "the core file", "daemon core pie") among the
     repository's files: (path, how it was heard when not exactly, several that fit)."""
     by_path = match_name(name, files)
-    if by_path.name is not None:
-        return by_path.name, by_path.said_back(name), []
+    if by_path.name is not None and by_path.exact:
+        return by_path.name, "", []
     stems: dict[str, list[str]] = {}
     for path in files:
         base = path.rsplit("/", 1)[-1]
@@ -145,8 +145,12 @@ def spoken_file(name: str, files: list[str]) -> tuple[str | None, str, list[str]
             heard = "" if found.exact and "." in name else f"I took {name} to mean {paths[0]}."
             return paths[0], heard, []
         return None, "", paths
-    several = [p for n in found.candidates for p in stems[n]]
-    return None, "", list(dict.fromkeys(several or by_path.candidates))
+    if by_path.name is not None:  # said like a whole path ("daemon core pie")
+        return by_path.name, by_path.said_back(name), []
+    several = list(dict.fromkeys(p for n in found.candidates for p in stems[n]))
+    if len(several) == 1:  # its name and its name with the extension: one file
+        return several[0], f"I took {name} to mean {several[0]}.", []
+    return None, "", several or list(by_path.candidates)
 
 
 def read_lines(path: Path, shown: str) -> list[str]:
