@@ -155,6 +155,22 @@ _GROUPS: dict[str, dict[str, str]] = {
         "csv_cell": "daemon.tables",
         "csv_value": "daemon.tables",
     },
+    # Speech as speech engines write it: answers, numbers, names (docs/voice.md).
+    "Spoken words": {
+        "Heard": "daemon.spoken.answers",
+        "hear_answer": "daemon.spoken.answers",
+        "is_bare_answer": "daemon.spoken.answers",
+        "NOTHING_WAITING": "daemon.spoken.answers",
+        "spoken_number": "daemon.spoken.numbers",
+        "spoken_quantity": "daemon.spoken.numbers",
+        "in_unit": "daemon.spoken.numbers",
+        "match_name": "daemon.spoken.names",
+        "NameMatch": "daemon.spoken.names",
+        "spoken_punctuation": "daemon.spoken.names",
+        "parse_directive": "daemon.directives",
+        "alias_problem": "daemon.directives",
+        "dictation_hint": "daemon.spoken.vocabulary",
+    },
 }
 
 # Names that are whole modules (a namespace of helpers) rather than an attribute of one.
@@ -164,6 +180,7 @@ _MODULES = {"sandbox", "tokens", "rules"}
 _NOTES = {
     "PRIVATE_FILES": "The files in LMD_HOME that only the daemon's owner may read.",
     "NO_KEY": "The API key sent when there is none (local servers ignore it).",
+    "NOTHING_WAITING": "The sentence for a yes or a no that no question waits for.",
 }
 
 _WHERE = {name: module for group in _GROUPS.values() for name, module in group.items()}
@@ -269,6 +286,19 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "file_sha256",
     "csv_cell",
     "csv_value",
+    "Heard",
+    "hear_answer",
+    "is_bare_answer",
+    "NOTHING_WAITING",
+    "spoken_number",
+    "spoken_quantity",
+    "in_unit",
+    "match_name",
+    "NameMatch",
+    "spoken_punctuation",
+    "parse_directive",
+    "alias_problem",
+    "dictation_hint",
 ]
 
 
@@ -322,6 +352,7 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.client import ClientError, daemon_url, request
     from daemon.core import Daemon, Registry, check_setting, collect
     from daemon.defaults import read_settings_table
+    from daemon.directives import alias_problem, parse_directive
     from daemon.errors import BackendError, LmdError
     from daemon.execution import sandbox
     from daemon.execution.bash import SimpleCommand, Unmodelled, join_continuations, simple_commands
@@ -351,6 +382,10 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.settings import Setting, SettingError, Settings, env_name, refuse_if_protected
     from daemon.shards import Shard, describe_parts, file_sha256, parse_shard, part_of
     from daemon.speak import unmark, verbatim, wants_speech
+    from daemon.spoken.answers import NOTHING_WAITING, Heard, hear_answer, is_bare_answer
+    from daemon.spoken.names import NameMatch, match_name, spoken_punctuation
+    from daemon.spoken.numbers import in_unit, spoken_number, spoken_quantity
+    from daemon.spoken.vocabulary import dictation_hint
     from daemon.tables import csv_cell, csv_value
     from daemon.terminal import clean
     from daemon.words import plural

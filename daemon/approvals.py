@@ -25,7 +25,6 @@ import contextvars
 import hashlib
 import hmac
 import json
-import re
 import secrets
 from dataclasses import dataclass
 
@@ -65,32 +64,23 @@ NOT_HEARD = (
     "this one heard it. Here it is:"
 )
 
-# An answer to "Say yes to run it, or no" is made only of these words, with at least one of
-# the strong ones ("No, cancel." and "yes please, run it" count; "no idea, list files" does not).
-YES_WORDS = {"yes", "yeah", "yep", "yup", "sure", "ok", "okay", "do", "run", "go", "ahead",
-             "it", "please", "that", "fine", "alright", "right"}  # fmt: skip
-YES_STRONG = {"yes", "yeah", "yep", "yup", "sure", "ok", "okay", "do", "run", "go", "alright"}
-NO_WORDS = {"no", "nope", "cancel", "stop", "don't", "dont", "do", "not", "abort", "never",
-            "mind", "thanks", "it", "run", "please", "that", "forget"}  # fmt: skip
-NO_STRONG = {"no", "nope", "cancel", "stop", "don't", "dont", "not", "abort", "never", "forget"}
-
 
 def answer_word(text: str) -> str | None:
-    """'yes', 'no', or None for anything else (dictation adds case and punctuation)."""
-    words = set(re.sub(r"[^\w' ]+", " ", text.lower().replace("\u2019", "'")).split())
-    if words and words <= NO_WORDS and words & NO_STRONG:
-        return "no"
-    if words and words <= YES_WORDS and words & YES_STRONG:
-        return "yes"
-    return None
+    """'yes', 'no', or None for anything else: a wait, an unclear answer, a request (the core's
+    reading of spoken answers, daemon/spoken/answers.py, biased to refuse)."""
+    from daemon.spoken.answers import hear_answer
+
+    heard = hear_answer(text)
+    return heard.outcome if heard is not None and heard.outcome in ("yes", "no") else None
 
 
 def is_answer(text: str) -> bool:
-    """Does the utterance answer a waiting question (yes, no, or a rule answer)? The one place
-    the core asks the spoken-answer classifier."""
-    from daemon import rules
+    """Does the utterance answer a waiting question (yes, no, wait, unclear, or a rule answer)
+    rather than ask something new? The one place the core asks the spoken-answer classifier
+    (daemon/spoken/answers.py)."""
+    from daemon.spoken import answers
 
-    return answer_word(text) is not None or rules.parse_answer(text) is not None
+    return answers.hear_answer(text) is not None or answers.is_bare_answer(text)
 
 
 def relays_model() -> bool:

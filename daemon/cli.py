@@ -19,7 +19,7 @@ import click
 
 from daemon import __version__
 from daemon.errors import LmdError
-from daemon.lazy import resolve
+from daemon.lazy import lazy_command, resolve
 
 
 def terminal_columns() -> int:
@@ -370,6 +370,15 @@ def _change_setting(home: Path | None, name: str, value: str | None, as_json: bo
 def settings_reset(name: str, as_json: bool, home: Path | None) -> None:
     """Put a setting back to its default."""
     _change_setting(home, name, None, as_json)
+
+
+cli.add_command(
+    lazy_command(
+        "words",
+        "daemon.spoken.commands:words",
+        help="Your spoken words: what a speech engine writes, and what you mean by it.",
+    )
+)
 
 
 @cli.group()

@@ -290,6 +290,13 @@ CORE_SETTINGS = [
         max=256,
     ),
     Setting(
+        "dictation_hints",
+        True,
+        "bool",
+        "Tell the model what a dictated request's words probably mean here (spoken "
+        "punctuation, names in the repository and on PATH, lmd words) beside them.",
+    ),
+    Setting(
         "default_prompt",
         "dali",
         "str",

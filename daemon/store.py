@@ -188,6 +188,13 @@ def m007_prompt_steps(db: sqlite_utils.Database) -> None:
     )
 
 
+def m008_words(db: sqlite_utils.Database) -> None:
+    """The user's dictionary of spoken words (daemon/spoken/vocabulary.py)."""
+    from daemon.spoken.vocabulary import m008_words as make
+
+    make(db)
+
+
 CORE_MIGRATIONS: list[Migration] = [
     m001_prompts,
     m002_sessions,
@@ -196,6 +203,7 @@ CORE_MIGRATIONS: list[Migration] = [
     m005_rules,
     m006_rule_ids,
     m007_prompt_steps,
+    m008_words,
 ]
 
 

@@ -157,8 +157,11 @@ def builtin_cli() -> click.Group:
     from daemon.cli import cli
 
     group = click.Group(name="lmd", help=cli.help, params=list(cli.params))
+    from daemon.lazy import LazyCommand
+
     for name, command in cli.commands.items():
-        if (command.callback and command.callback.__module__ or "").startswith("daemon."):
+        lazy = isinstance(command, LazyCommand) and command.target.startswith("daemon.")
+        if lazy or (command.callback and command.callback.__module__ or "").startswith("daemon."):
             group.add_command(command, name)
     builtin_plugin_manager().hook.register_commands(cli=group)
     resolve_all(group)

@@ -35,18 +35,6 @@ def _token_presented() -> bool:
 DIRECTIVE = "knob"
 ALIASES = ("nob", "knobs")
 
-UNITS = {
-    "zero": 0, "oh": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
-    "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13,
-    "fourteen": 14, "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18,
-    "nineteen": 19,
-}  # fmt: skip
-TENS = {
-    "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
-    "eighty": 80, "ninety": 90,
-}  # fmt: skip
-SCALES = {"thousand": 1000, "million": 1_000_000, "billion": 1_000_000_000}
-
 HELP = (
     f"Say {DIRECTIVE} list, {DIRECTIVE} show max tokens, "
     f"{DIRECTIVE} set max tokens to four thousand, or {DIRECTIVE} reset max tokens."
@@ -55,90 +43,77 @@ HELP = (
 
 def spoken_number(text: str) -> float | int | None:
     """'four thousand' -> 4000, 'zero point five' -> 0.5, '4,000' -> 4000; None if not a
-    number."""
-    words = re.sub(r"[,\s]+", " ", text.strip().lower().replace("-", " ")).split()
-    if not words:
-        return None
-    compact = "".join(words)
-    if re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)(e[+-]?\d+)?", compact):
-        value = float(compact)
-        return int(value) if value.is_integer() and "." not in compact else value
-    sign = 1
-    if words[0] in ("minus", "negative"):
-        sign, words = -1, words[1:]
-    if "point" in words:
-        at = words.index("point")
-        whole_words, frac_words = words[:at], words[at + 1 :]
-        whole = _whole(whole_words) if whole_words else 0
-        digits = [UNITS.get(w) if w in UNITS and UNITS[w] < 10 else None for w in frac_words]
-        if whole is None or not digits or None in digits:
-            return None
-        return sign * float(f"{whole}." + "".join(str(d) for d in digits))
-    whole = _whole(words)
-    return None if whole is None else sign * whole
+    number (daemon.api.spoken_number)."""
+    from daemon.api import spoken_number as read
+
+    return read(text)
 
 
-def _whole(words: list[str]) -> int | None:
-    total, current, seen = 0, 0, False
-    for w in words:
-        if w == "and":
-            continue
-        if w in ("a", "an") and not seen:
-            current, seen = 1, True
-        elif w.isdigit():
-            current, seen = current + int(w), True
-        elif w in UNITS:
-            current, seen = current + UNITS[w], True
-        elif w in TENS:
-            current, seen = current + TENS[w], True
-        elif w == "hundred":
-            current, seen = (current or 1) * 100, True
-        elif w in SCALES:
-            total, current, seen = total + (current or 1) * SCALES[w], 0, True
-        else:
-            return None
-    return total + current if seen else None
+def setting_name(spoken: str, settings: Settings) -> tuple[str, str]:
+    """(setting name, a sentence saying how it was heard when not exactly): 'Max Tokens' ->
+    max_tokens; 'max token' -> max_tokens, "I took max token to mean max tokens."; an
+    unknown or ambiguous name gets one sentence."""
+    from daemon.api import match_name
 
-
-def setting_name(spoken: str, settings: Settings) -> str:
-    """'Max Tokens' -> max_tokens; an unknown name gets one sentence with the nearest ones."""
-    name = re.sub(r"[\s\-]+", "_", spoken.strip().strip(".?!,:;\"'").lower())
-    if name in settings.specs:
-        return name
-    import difflib  # here: the module is imported whenever `lmd --help` lists commands
-
-    near = difflib.get_close_matches(name, list(settings.specs), n=1, cutoff=0.6)
-    hint = f" Did you mean {' or '.join(n.replace('_', ' ') for n in near)}?" if near else ""
+    found = match_name(spoken, settings.specs)
+    if found.name is not None:
+        return found.name, found.said_back(spoken, _said(found.name))
+    if found.candidates:
+        which = " or ".join(_said(n) for n in found.candidates[:3])
+        raise LmdError(f"Did you mean {which}? Say the setting's name again.", status=404)
     raise LmdError(
-        f"There is no setting called {spoken.strip()}.{hint} Say {DIRECTIVE} list to hear them.",
+        f"There is no setting called {spoken.strip()}. Say {DIRECTIVE} list to hear them.",
         status=404,
     )
 
 
-def _split_name_value(words: list[str], settings: Settings) -> tuple[str, str]:
-    """'max tokens to four thousand' -> (max_tokens, 'four thousand'): the longest leading
-    words that name a setting, then the value (after an optional 'to', 'is', '=')."""
+_LINK = ("to", "is", "=", "as", "at", "equals", "equal")
+
+
+def _split_name_value(words: list[str], settings: Settings) -> tuple[str, str, str]:
+    """'max tokens to four thousand' -> (max_tokens, 'four thousand', ''): the longest leading
+    words that name a setting, then the value (after an optional 'to', 'is', '='); else the
+    words before a 'to' as a spoken name ('maximum tokens to 4k': with how it was heard)."""
     for n in range(len(words) - 1, 0, -1):
         name = "_".join(words[:n]).lower().strip(".,:")
         if name in settings.specs:
             rest = words[n:]
-            if rest and rest[0].lower() in ("to", "is", "=", "as", "at", "equals"):
+            if rest and rest[0].lower() in _LINK:
                 rest = rest[1:]
             if rest:
-                return name, " ".join(rest)
-    if " to " in " ".join(words):
-        spoken, _, _value = " ".join(words).partition(" to ")
-        setting_name(spoken, settings)  # raises the clear sentence about the name
+                return name, " ".join(rest), ""
+    for link in ("to", "=", "equals"):
+        lowered = [w.lower() for w in words]
+        if link in lowered[1:-1]:
+            at = lowered.index(link, 1)
+            name, heard = setting_name(" ".join(words[:at]), settings)
+            return name, " ".join(words[at + 1 :]), heard
     raise LmdError(f"I did not catch a setting name and a value. {HELP}")
 
 
+class Unreadable(Exception):
+    """A spoken value that is not one for the setting: asked about, never guessed."""
+
+
 def typed_value(raw: str, spec) -> object:
-    """Spoken numbers become numbers for number settings; other types parse the words."""
+    """Spoken numbers (and their units: "two minutes" for a seconds setting) become numbers
+    for number settings, a choice heard by sound becomes that choice; other types parse the
+    words. Unreadable when a number setting hears no number, or the wrong unit."""
+    from daemon.api import in_unit, match_name, spoken_quantity
+
     value: object = raw.strip().rstrip(".!")
     if spec.type in ("int", "float"):
-        number = spoken_number(str(value))
-        if number is not None:
-            value = number
+        number, unit = spoken_quantity(str(value))
+        if number is None:
+            raise Unreadable(f"I could not read {str(value)!r} as a number for {_said(spec.name)}")
+        number, why = in_unit(number, unit, spec.name)
+        if number is None:
+            raise Unreadable(why)
+        value = number
+    elif spec.type == "choice":
+        found = match_name(str(value), spec.choices)
+        if found.name is not None:
+            value = found.name
     return spec.parse(value)
 
 
@@ -165,10 +140,37 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
     yield handle(ctx)
 
 
-def handle(ctx: Context) -> str:
-    from daemon.api import SettingError, refuse_if_protected
+_WHEN_I_SAY = re.compile(
+    r"^(?:from\s+now\s+on\s*,?\s*)?(?:when(?:ever)?|if)\s+i\s+say\s+(?P<alias>.+?)\s*,?\s+"
+    r"i\s+mean\s+(?P<mode>[^\s,.!?]+)[\s,.!?]*$",
+    re.I,
+)
+_MEANS = re.compile(r"^(?P<alias>[^,]+?)\s+means\s+(?P<mode>[^\s,.!?]+)[\s,.!?]*$", re.I)
+_FORGET = re.compile(
+    r"^(?:forget|remove|delete|drop)\s+(?:the\s+)?(?:alias|word|directive\s+alias)\s+"
+    r"(?P<alias>.+?)[\s,.!?]*$",
+    re.I,
+)
+_LIST_ALIASES = re.compile(
+    r"^(?:(?:list|show|say|read)\s+(?:the\s+|my\s+)?|what\s+are\s+(?:the\s+|my\s+)?)?"
+    r"(?:directive\s+)?aliases[\s?.!]*$",
+    re.I,
+)
 
-    words = ctx.text.strip().rstrip(".!?").split()
+
+def handle(ctx: Context) -> str:
+    from daemon.api import refuse_if_protected
+
+    if ctx.pending and ctx.pending.get("kind") == "value":
+        return _answer_value(ctx, ctx.pending)
+    text = ctx.text.strip()
+    for pattern, act in ((_WHEN_I_SAY, _teach), (_MEANS, _teach), (_FORGET, _forget)):
+        m = pattern.match(text)
+        if m:
+            return act(ctx, m)
+    if _LIST_ALIASES.match(text):
+        return _aliases(ctx)
+    words = text.rstrip(".!?").split()
     if not words:
         return HELP
     verb, rest = words[0].lower().strip(",:"), words[1:]
@@ -181,36 +183,141 @@ def handle(ctx: Context) -> str:
         return "\n".join(f"{_said(r['name'])} is {show(r['value'], settings.spec(r['name']))}"
                          for r in rows)  # fmt: skip
     if verb in ("show", "get", "read", "say", "tell") and rest:
-        name = setting_name(" ".join(rest), settings)
+        name, heard = setting_name(" ".join(rest), settings)
         spec = settings.spec(name)
         value = settings[name]
         ctx.extra["setting"] = {"name": name, "value": value}
         default = "" if value == spec.default else f" (the default is {show(spec.default, spec)})"
-        return f"{_said(name)} is {show(value, spec)}{default}."
+        return _with(heard, f"{_said(name)} is {show(value, spec)}{default}.")
     if verb in ("set", "change", "make", "put") and rest:
-        name, raw = _split_name_value(rest, settings)
+        name, raw, heard = _split_name_value(rest, settings)
         spec = settings.spec(name)
         refuse_if_protected(spec, _token_presented())
-        from daemon.api import check_setting  # here: `lmd --help` must not import asyncio
-
-        try:
-            value = typed_value(raw, spec)
-            check_setting(ctx.daemon.registry, name, value)
-        except SettingError as e:
-            raise SettingError(e.message.replace(name, _said(name), 1)) from None
-        store.set_setting(name, spec.dump(value))
-        ctx.extra["setting"] = {"name": name, "value": value}
-        return f"{_said(name)} is now {show(value, spec)}.{_env_note(name, ctx)}"
+        return _with(heard, _set(ctx, name, raw))
     if verb in ("reset", "default", "restore") and rest:
-        name = setting_name(" ".join(rest), settings)
+        name, heard = setting_name(" ".join(rest), settings)
         spec = settings.spec(name)
         refuse_if_protected(spec, _token_presented())
         store.reset_setting(name, spec.dump(spec.default))
         ctx.extra["setting"] = {"name": name, "value": spec.default}
-        return f"{_said(name)} is back to its default, {show(spec.default, spec)}." + _env_note(
-            name, ctx
+        return _with(
+            heard,
+            f"{_said(name)} is back to its default, {show(spec.default, spec)}."
+            + _env_note(name, ctx),
         )
     return HELP
+
+
+def _with(heard: str, said: str) -> str:
+    return f"{heard} {said}" if heard else said
+
+
+def _set(ctx: Context, name: str, raw: str) -> str:
+    """Set one setting from spoken words; a value lmd cannot read, or one out of the
+    setting's range, is a question (the next utterance answers it), never a guess."""
+    from daemon.api import SettingError, check_setting
+
+    spec = ctx.settings.spec(name)
+    try:
+        value = typed_value(raw, spec)
+        check_setting(ctx.daemon.registry, name, value)
+    except Unreadable as e:
+        return _ask_value(ctx, name, f"{e}.")
+    except SettingError as e:
+        if spec.type in ("int", "float"):
+            return _ask_value(ctx, name, e.message.replace(name, _said(name), 1))
+        raise SettingError(e.message.replace(name, _said(name), 1)) from None
+    ctx.store.set_setting(name, spec.dump(value))
+    ctx.extra["setting"] = {"name": name, "value": value}
+    return f"{_said(name)} is now {show(value, spec)}.{_env_note(name, ctx)}"
+
+
+def _ask_value(ctx: Context, name: str, why: str) -> str:
+    spec = ctx.settings.spec(name)
+    ctx.set_pending({"kind": "value", "name": name})
+    ctx.extra["setting"] = {"name": name, "value": ctx.settings[name], "asked": True}
+    return (
+        f"{why} What should {_said(name)} be? Say {spec.allowed()}, or no to leave it at "
+        f"{show(ctx.settings[name], spec)}."
+    )
+
+
+_VALUE_LEAD = re.compile(r"^(?:(?:set\s+|make\s+)?(?:it|that)\s+)?(?:to|at|is|be)?\s*", re.I)
+
+
+def _answer_value(ctx: Context, pending: dict) -> str:
+    """The answer to "What should max tokens be?": a value, or no."""
+    from daemon.api import hear_answer, refuse_if_protected
+
+    name = pending["name"]
+    spec = ctx.settings.spec(name)
+    heard = hear_answer(ctx.text)
+    if heard is not None and heard.outcome == "no":
+        return f"All right, {_said(name)} stays {show(ctx.settings[name], spec)}."
+    refuse_if_protected(spec, _token_presented())
+    return _set(ctx, name, _VALUE_LEAD.sub("", ctx.text.strip(), count=1))
+
+
+def _mode_named(ctx: Context, word: str) -> str | None:
+    from daemon.api import parse_directive
+
+    parsed = parse_directive(word, ctx.daemon.directive_table(ctx.settings))
+    return parsed.mode if parsed.mode and not parsed.rest else None
+
+
+def _teach(ctx: Context, m: re.Match) -> str:
+    """ "when I say morat I mean marat": a spoken form of a directive, kept in
+    directive_aliases."""
+    from daemon.api import alias_problem, check_setting, refuse_if_protected
+
+    alias = " ".join(m.group("alias").strip(" ,.!?\"'").split()).lower()
+    mode = _mode_named(ctx, m.group("mode"))
+    if mode is None:
+        modes = ", ".join(sorted(ctx.daemon.modes))
+        return f"There is no mode called {m.group('mode')}; the modes are {modes}."
+    table = ctx.daemon.directive_table(ctx.settings)
+    problem, note = alias_problem(alias, mode, table)
+    if problem:
+        return problem
+    spec = ctx.settings.spec("directive_aliases")
+    refuse_if_protected(spec, _token_presented())
+    aliases = {k: list(v) for k, v in ctx.settings["directive_aliases"].items()}
+    aliases.setdefault(mode, []).append(alias)
+    check_setting(ctx.daemon.registry, "directive_aliases", aliases)
+    ctx.store.set_setting("directive_aliases", spec.dump(spec.parse(aliases)))
+    ctx.extra["directive_aliases"] = aliases
+    said = f"From now on, {alias} at the start of what you say means {mode}."
+    return f"{said} {note}" if note else said
+
+
+def _forget(ctx: Context, m: re.Match) -> str:
+    from daemon.api import refuse_if_protected
+
+    alias = " ".join(m.group("alias").strip(" ,.!?\"'").split()).lower()
+    spec = ctx.settings.spec("directive_aliases")
+    aliases = {k: list(v) for k, v in ctx.settings["directive_aliases"].items()}
+    owner = next((mode for mode, said in aliases.items() if alias in said), None)
+    if owner is None:
+        return f"You taught me no alias {alias}; say {DIRECTIVE} aliases to hear them."
+    refuse_if_protected(spec, _token_presented())
+    aliases[owner] = [a for a in aliases[owner] if a != alias]
+    if not aliases[owner]:
+        del aliases[owner]
+    ctx.store.set_setting("directive_aliases", spec.dump(aliases))
+    ctx.extra["directive_aliases"] = aliases
+    return f"{alias} no longer means {owner}."
+
+
+def _aliases(ctx: Context) -> str:
+    taught = ctx.settings["directive_aliases"]
+    parts = [f"{', '.join(said)} for {mode}" for mode, said in sorted(taught.items()) if said]
+    built_in = [
+        f"{', '.join(mode.aliases)} for {mode.name}"
+        for mode in sorted(ctx.daemon.modes.values(), key=lambda m: m.name)
+        if mode.aliases
+    ]
+    mine = f"You taught me {'; '.join(parts)}." if parts else "You taught me no aliases."
+    return f"{mine} Built in: {'; '.join(built_in)}." if built_in else mine
 
 
 def _env_note(name: str, ctx: Context) -> str:

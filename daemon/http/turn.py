@@ -19,6 +19,7 @@ from daemon.backends.accounting import TurnUsage, begin_turn
 from daemon.errors import BackendError, LmdError
 from daemon.modes import Context, record_turn
 from daemon.speak import speak_stream, speakable, unmark
+from daemon.spoken import answers
 
 if TYPE_CHECKING:
     from daemon.core import Daemon
@@ -123,6 +124,10 @@ async def run_turn(
                 status=503,
             )
         outcome.mode = mode_name
+        unasked = answers.nothing_waiting(
+            parsed.rest, session, mode_name, parsed.mode is not None, pending,
+            settings["end_session_after_idle_secs"], now, store,
+        )  # fmt: skip
 
         def store_turn(role: str, content: str, kind: str, **kw: Any) -> int:
             return record_turn(store, settings, session_name, role, content, kind, mode_name, **kw)
@@ -146,6 +151,19 @@ async def run_turn(
             await in_thread(store.save_session, session)
             outcome.reply = reply
             yield reply
+            return
+
+        if unasked is not None:
+            # A bare yes or no (or "yes, always here") that no question waits for: said so,
+            # in any mode, without a model call.
+            outcome.user_prompt_id = await in_thread(store_turn, "user", parsed.rest, "decorative")
+            outcome.reply_prompt_id = await in_thread(
+                store_turn, "assistant", unasked, "decorative"
+            )
+            session.last_active = now
+            await in_thread(store.save_session, session)
+            outcome.reply = unasked
+            yield unasked
             return
 
         outcome.user_prompt_id = await in_thread(store_turn, "user", parsed.rest, "default")

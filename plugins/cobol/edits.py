@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 
 from daemon.api import (
     LmdError,
     action_protocol,
+    dictation_hint,
     hooks_path,
     project_memory,
     verbatim,
@@ -36,8 +38,15 @@ async def edit(job: Job, text: str) -> AsyncIterator[str]:
         )
     lines = job.lines(current.file)
     code = focus.render(current, lines, job.max_tokens, job.model)
+    system = prompts.text("edit")
+    hint = ""
+    if job.ctx.settings["dictation_hints"]:
+        hint = await asyncio.to_thread(dictation_hint, text, job.repo, job.ctx.store)
+    if hint:  # what the dictated words probably mean here, beside them (they stay as said)
+        system += "\n\n" + hint
+        job.ctx.extra["dictation_hint"] = hint
     messages = [
-        {"role": "system", "content": prompts.text("edit")},
+        {"role": "system", "content": system},
         {"role": "user", "content": prompts.edit_request(code, text.strip())},
     ]
     await refuse_conflicts(job)  # before asking the model, not only before applying

@@ -7,7 +7,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from daemon.api import LmdError, plural, tokens
+from daemon.api import LmdError, match_name, plural, spoken_number, spoken_punctuation, tokens
 
 # Definitions in the common languages: def/class (Python), function (JS), func (Go, with an
 # optional receiver), fn (Rust), plus a few modifiers that may precede them.
@@ -21,6 +21,15 @@ _DEF = re.compile(
 _RANGE = re.compile(
     r"\blines?\s+(\d+)(?:\s*(?:to|through|thru|until|till|and|-|–|—)\s*(\d+))?", re.IGNORECASE
 )
+# "lines ten to forty", "line forty two", "the first ten lines": numbers as spoken.
+_SPOKEN_RANGE = re.compile(
+    r"\blines?\s+(?P<a>[\w,-]+(?:\s+[\w,-]+)*?)"
+    r"(?:\s*(?:to|through|thru|until|till|-|–|—)\s*(?P<b>[\w,-]+(?:\s+[\w,-]+)*?))?"
+    r"(?=\s+(?:of|in|from|on|at|and|please)\b|\s*[.,;!?]*\s*$)",
+    re.IGNORECASE,
+)
+_FIRST_LINES = re.compile(r"\bthe\s+first\s+(?P<n>[\w-]+(?:\s+[\w-]+)*?)\s+lines\b", re.I)
+_THE_FILE = re.compile(r"\bthe\s+(?P<name>[\w.-]+(?:\s+[\w.-]+){0,2}?)\s+file\b", re.I)
 _SYMBOL = re.compile(r"\b(?:function|method|class|def)\s+([A-Za-z_][\w]*)", re.IGNORECASE)
 _PATHISH = re.compile(r"^[\w./@+~-]*[\w/]$")
 _TRAILING = ".,;:!?\"'`)"
@@ -70,12 +79,17 @@ class FocusRequest:
 
 
 def parse_request(text: str) -> FocusRequest:
-    """Read 'focus on src/parse.py lines 10 to 40' / 'function parse_header in x.py' / ..."""
+    """Read 'focus on src/parse.py lines 10 to 40' / 'function parse_header in x.py' / ...,
+    as typed or as spoken: 'focus on daemon slash core dot pie lines ten to forty', 'the
+    core file', 'the first twenty lines'."""
     req = FocusRequest()
+    text = spoken_punctuation(text, dash_joins=True)
     m = _RANGE.search(text)
     if m:
         req.start = int(m.group(1))
         req.end = int(m.group(2)) if m.group(2) else req.start
+    else:
+        req.start, req.end = _spoken_range(text)
     m = _SYMBOL.search(text)
     if m:
         req.symbol = m.group(1)
@@ -87,12 +101,56 @@ def parse_request(text: str) -> FocusRequest:
         if ("/" in word or "." in word) and _PATHISH.match(word):
             req.file = word
             break
+    if req.file is None and (m := _THE_FILE.search(text)):
+        req.file = m.group("name")  # "the core file": matched against the repository's files
     if req.symbol is None and req.file is not None and req.start is None:
         # "focus on parse_header in src/parse.py"
         m = re.search(r"\b(?:on|at)\s+([A-Za-z_]\w*)\s+in\s+", text, re.IGNORECASE)
         if m and m.group(1).lower() not in skip:
             req.symbol = m.group(1)
     return req
+
+
+def _spoken_range(text: str) -> tuple[int | None, int | None]:
+    """(start, end) of 'lines ten to forty', 'line forty two', 'the first ten lines'."""
+    m = _FIRST_LINES.search(text)
+    if m:
+        n = spoken_number(m.group("n"))
+        return (1, int(n)) if isinstance(n, int) and n > 0 else (None, None)
+    m = _SPOKEN_RANGE.search(text)
+    if not m:
+        return None, None
+    a = spoken_number(m.group("a"), ordinals=True)
+    b = spoken_number(m.group("b"), ordinals=True) if m.group("b") else a
+    if not isinstance(a, int) or not isinstance(b, int) or a < 0 or b < 0:
+        return None, None
+    return a, b
+
+
+def spoken_file(name: str, files: list[str]) -> tuple[str | None, str, list[str]]:
+    """A file said by name ("core", "the core file", "daemon core pie") among the
+    repository's files: (path, how it was heard when not exactly, several that fit)."""
+    by_path = match_name(name, files)
+    if by_path.name is not None and by_path.exact:
+        return by_path.name, "", []
+    stems: dict[str, list[str]] = {}
+    for path in files:
+        base = path.rsplit("/", 1)[-1]
+        for form in {base, base.split(".", 1)[0]}:
+            stems.setdefault(form, []).append(path)
+    found = match_name(name, stems)
+    if found.name is not None:
+        paths = stems[found.name]
+        if len(paths) == 1:
+            heard = "" if found.exact and "." in name else f"I took {name} to mean {paths[0]}."
+            return paths[0], heard, []
+        return None, "", paths
+    if by_path.name is not None:  # said like a whole path ("daemon core pie")
+        return by_path.name, by_path.said_back(name), []
+    several = list(dict.fromkeys(p for n in found.candidates for p in stems[n]))
+    if len(several) == 1:  # its name and its name with the extension: one file
+        return several[0], f"I took {name} to mean {several[0]}.", []
+    return None, "", several or list(by_path.candidates)
 
 
 def read_lines(path: Path, shown: str) -> list[str]:

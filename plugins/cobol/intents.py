@@ -4,28 +4,8 @@ from __future__ import annotations
 
 import re
 
-from daemon.api import plural  # noqa: F401  (cobol's modules import it from here)
+from daemon.api import hear_answer, plural  # noqa: F401  (cobol's modules import plural here)
 
-YES = {
-    "yes",
-    "y",
-    "yeah",
-    "yep",
-    "sure",
-    "ok",
-    "okay",
-    "go",
-    "go ahead",
-    "do it",
-    "run it",
-    "approve",
-    "approved",
-    "yes please",
-    "please do",
-    "apply it",
-    "confirm",
-}
-NO = {"no", "n", "nope", "cancel", "stop", "don't", "do not", "no thanks", "abort", "skip"}
 HELP = (
     "Say: focus on a file and lines or a function; rewrite function F so that X; compile; "
     "compile and fix; undo; or show the diff."
@@ -58,12 +38,12 @@ def normalise(text: str) -> str:
 
 
 def yes_or_no(text: str) -> bool | None:
-    words = normalise(text)
-    if words in YES:
-        return True
-    if words in NO:
-        return False
-    return None
+    """True for a yes, False for a no, None for anything else (a wait, an unclear answer, a
+    request): the core's reading of spoken answers, biased to refuse."""
+    heard = hear_answer(text)
+    if heard is None or heard.outcome not in ("yes", "no"):
+        return None
+    return heard.outcome == "yes"
 
 
 def classify(text: str) -> str:

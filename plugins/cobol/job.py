@@ -94,11 +94,23 @@ async def resolve_file(job: Job, name: str, strict: bool) -> str | None:
     )
     if len(matches) == 1:
         return matches[0]
+    if not matches and code == 0:
+        # said rather than typed: "the core file", "daemon core pie" (focus.spoken_file)
+        found, heard, matches = focus.spoken_file(name, out.splitlines())
+        if found is not None:
+            if heard:
+                job.ctx.extra["heard_as"] = heard
+            return found
     if not strict:
         return None
     if len(matches) > 1:
+        listed = matches[:4]
+        shown = ", ".join(listed[:-1]) + " and " + listed[-1]
+        if len(matches) > 4:
+            shown += f" (and {len(matches) - 4} more)"
         raise LmdError(
-            f"Several files are called {name} ({', '.join(matches[:4])}); say which one."
+            f"{plural(len(matches), 'file')} fit {name}: {shown}; which one? Say it with "
+            "its folder."
         )
     raise LmdError(f"There is no file {name} in the repository {job.repo}; check the name.")
 

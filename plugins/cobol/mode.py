@@ -10,7 +10,16 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-from daemon.api import Context, approval_allowed, not_heard_reply, relays_model, verbatim
+from daemon.api import (
+    NOTHING_WAITING,
+    Context,
+    approval_allowed,
+    hear_answer,
+    is_bare_answer,
+    not_heard_reply,
+    relays_model,
+    verbatim,
+)
 
 from . import focus, patches
 from .compiling import (
@@ -47,12 +56,22 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
                 f"(lmd say --session {ctx.session.name} yes). A client's model cannot approve it."
             )
             return
+        heard = hear_answer(text) if answer is None else None
+        if heard is not None:
+            # a wait, or an answer that is no clear yes or no: the question stays
+            ask(ctx, "", {k: v for k, v in pending.items() if k not in ("mode", "created_at")})
+            said = "All right, it waits." if heard.outcome == "wait" else heard.say_again()
+            yield f"{said} {_still_asked(pending)}"
+            return
         if answer is None:
             yield _declined(pending) + " "
         else:
             async for chunk in _resume(ctx, pending, answer):
                 yield chunk
             return
+    if is_bare_answer(text):
+        yield NOTHING_WAITING  # a yes or a no to nothing is no edit for the model
+        return
     intent = classify(text)
     if intent == "help":
         yield HELP
@@ -93,7 +112,12 @@ async def _handle(job: Job, intent: str, text: str) -> AsyncIterator[str]:
         supersede_focus(ctx)
         ctx.set_karma([ctx.user_prompt_id], "instructive")
         ctx.reply_kind = "instructive"
-        yield f"Focused on {chosen.describe()}."
+        heard = ctx.extra.get("heard_as")
+        yield (
+            f"{heard} Focused on {chosen.describe()}."
+            if heard
+            else f"Focused on {chosen.describe()}."
+        )
     elif intent == "edit":
         async for chunk in edit(job, text):
             yield chunk
@@ -124,6 +148,12 @@ def _remembered_pending(ctx: Context, text: str) -> dict | None:
     if time.time() - saved.get("created_at", 0) > ctx.settings["end_session_after_idle_secs"]:
         return None
     return saved
+
+
+def _still_asked(pending: dict) -> str:
+    if pending.get("action") == "apply":
+        return "The change is still waiting: say yes to apply it, or no."
+    return f"{pending.get('command', 'The build')} is still waiting: say yes to run it, or no."
 
 
 def _declined(pending: dict) -> str:

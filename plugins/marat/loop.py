@@ -25,6 +25,8 @@ from daemon.api import (
     approval_allowed,
     daemon_secrets,
     describe_command,
+    hear_answer,
+    is_bare_answer,
     mcp_hub,
     mcp_rule_name,
     not_heard_reply,
@@ -39,7 +41,7 @@ from daemon.api import (
     verbatim,
 )
 
-from . import audit, prompt, proposed, protocols, safety
+from . import answers, audit, prompt, proposed, protocols, safety
 from .execute import execute, start_dir
 
 _REMEMBER = re.compile(r"^\s*remember\b(?:\s*[:,\-]\s*|\s+that\b\s*|\s*$)(.*)$", re.I | re.S)
@@ -96,7 +98,7 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
     if pending is None and stale:
         # A question nobody answered (expired, or the user moved on): its loop is done with.
         _finish_karma(ctx, Task.from_pending(stale), done=False)
-    ruling = rules.parse_answer(ctx.text)  # only ever what the user said
+    ruling = answers.parse_answer(ctx.text)  # only ever what the user said
     agent = relays_model()  # a client relaying a model's words (lmd mcp serve)
     if pending is not None:
         word = answer_word(ctx.text) or (
@@ -118,6 +120,16 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
             ctx.reply_kind = "decorative"
             _keep_pending(ctx, pending)
             yield f"{ruling.problem} The command is still waiting."
+            return
+        heard = hear_answer(ctx.text) if word is None else None
+        if heard is not None:  # a wait, or an answer lmd cannot take for one: it stays asked
+            _keep_pending(ctx, pending)
+            ctx.reply_kind = "decorative"
+            ctx.set_karma([ctx.user_prompt_id], "decorative")
+            ctx.extra["heard"] = heard.outcome
+            if heard.question and pending.get("tool") is None:
+                yield await answers.about_command(ctx, pending["command"], heard.question) + "\n"
+            yield answers.held(heard, _asked_again(pending))
             return
         if word == "yes":
             command = pending["command"]
@@ -160,21 +172,21 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
             return
         # Anything else drops the command and is handled as a new task.
         ctx.extra["dropped_command"] = pending["command"]
-    if pending is None and (answer_word(ctx.text) is not None or ruling is not None):
+    if pending is None and (is_bare_answer(ctx.text) or ruling is not None):
         # a bare yes or no with nothing waiting is not a task (a new six-turn task from "no"
         # surprised people): say so
         ctx.reply_kind = "decorative"
         yield "Nothing is waiting for a yes or a no; say what you want done."
         return
-    if rules.asks_for_list(ctx.text):
+    if answers.asks_for_list(ctx.text):
         ctx.reply_kind = "decorative"
-        yield rules.spoken_list(ctx.store, ctx.session.name)
+        yield answers.spoken_list(ctx.store, ctx.session.name)
         return
     if audit.asks_what_ran(ctx.text):  # "what did you run?": the audit answers, not the model
         ctx.reply_kind = "decorative"
         yield audit.what_ran(ctx.store, ctx.session.name)
         return
-    target = rules.forget_target(ctx.text)
+    target = answers.forget_target(ctx.text, ctx.store, ctx.session.name)
     if target is not None:
         ctx.reply_kind = "decorative"
         # only the user changes rules: never a client relaying a model's words
@@ -198,7 +210,7 @@ def _pending_approval(ctx: Context) -> dict | None:
         return ctx.pending
     kept = ctx.state.get("approval")
     idle = ctx.settings["end_session_after_idle_secs"]
-    answered = answer_word(ctx.text) or rules.parse_answer(ctx.text)
+    answered = hear_answer(ctx.text) or answers.parse_answer(ctx.text)
     if not kept or time.time() - kept.get("created_at", 0) >= idle or not answered:
         return None
     # Only when the question was the last thing said: not after a detour to another mode.
@@ -232,6 +244,13 @@ def question(command: str, why: str = "", marked: bool = False) -> str:
 _ENDS_SENTENCE = set(".!?;:,")
 
 
+def _asked_again(pending: dict) -> str:
+    """The waiting question, asked again: the exact command (or tool call)."""
+    if pending.get("tool") is None:
+        return question(pending["command"], marked=True)
+    return pending.get("question") or question(pending["command"], marked=True)
+
+
 def fingerprint(command: str) -> str:
     """What a yes is bound to: the exact text asked about."""
     import hashlib
@@ -245,12 +264,12 @@ def _keep_pending(ctx: Context, pending: dict) -> None:
     ctx.state["approval"] = ctx.session.pending
 
 
-def _make_rules(ctx: Context, ruling: rules.Answer, pending: dict) -> str:
+def _make_rules(ctx: Context, ruling: answers.Answer, pending: dict) -> str:
     """Make the rules a spoken answer to `pending` asks for; the sentence that says them back.
     An MCP call's answer makes a tool rule (mcp:SERVER:TOOL), never a command rule of its text."""
     cwd, _ = start_dir(ctx.session.cwd, ctx.settings["marat_start_dir"])
     tool = pending.get("tool")
-    made, said = rules.make_from_answer(
+    made, said = answers.make_from_answer(
         ctx.store,
         ruling,
         cwd=cwd,
@@ -331,9 +350,14 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
     )
     for problem in problems:  # a failing MCP server: one sentence, and the task goes on
         yield problem + "\n"
+    hint = await prompt.dictated(ctx, task.instruction_id)  # what dictated words mean here
+    if hint:
+        ctx.extra["dictation_hint"] = hint
     for _ in range(turns):
         cwd, _note = start_dir(ctx.session.cwd, s["marat_start_dir"])
         system = prompt.system_prompt(s["system"], cwd, protocol, tools)
+        if hint:
+            system += "\n\n" + hint
         memory = project_memory(cwd, s)
         if memory.text:
             system += "\n\n" + memory.text

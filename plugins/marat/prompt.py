@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PROMPT_FILE = Path(__file__).with_name("prompt.txt")
 
@@ -177,3 +178,23 @@ def speakable(text: str) -> str:
     text = text.replace("`", "").replace("**", "").replace("__", "")
     text = re.sub(r"^\s*#+\s*", "", text, flags=re.M)
     return re.sub(r"[ \t]+", " ", text).strip()
+
+
+async def dictated(ctx: Any, instruction_id: int) -> str:
+    """The hint about the task's dictated words (daemon.api.dictation_hint), worked out once
+    when the task is said and kept while it runs (a yes resumes it with the same hint)."""
+    import asyncio
+
+    from daemon.api import dictation_hint
+
+    kept = ctx.state.get("dictation") or {}
+    if kept.get("for") == instruction_id:
+        return kept.get("hint", "")
+    if instruction_id != ctx.user_prompt_id or not ctx.settings["dictation_hints"]:
+        return ""
+    from .execute import start_dir
+
+    cwd, _ = start_dir(ctx.session.cwd, ctx.settings["marat_start_dir"])
+    hint = await asyncio.to_thread(dictation_hint, ctx.text, cwd, ctx.store)
+    ctx.state["dictation"] = {"for": instruction_id, "hint": hint}
+    return hint

@@ -60,3 +60,50 @@ def test_directive_then_content(mode, content):
     assert p.mode == mode
     assert text.strip().endswith(p.rest)
     assert len(p.rest) <= len(content.strip())
+
+
+# -- wake words and mishearings (issue 38 item 2) -------------------------------------------------
+SPOKEN = build_table(["marat", "dali", "cobol", "knob"], {"knob": ["nob"], "dali": ["dolly"]})
+
+
+@pytest.mark.parametrize(
+    ("text", "mode", "rest", "misheard"),
+    [
+        ("Hey marat, list files", "marat", "list files", False),
+        ("OK marat list files.", "marat", "list files.", False),
+        ("Okay, Cobol: compile", "cobol", "compile", False),
+        ("hi dali", "dali", "", False),
+        ("Hello, knob list", "knob", "list", False),
+        ("Morat, list files", "marat", "list files", True),
+        ("Hey Morat, list files", "marat", "list files", True),
+        ("Maret show me the logs", "marat", "show me the logs", True),
+        ("Kobol, compile", "cobol", "compile", True),
+        ("Co ball focus on a.py", "cobol", "focus on a.py", True),
+        ("Dahli, a joke please", "dali", "a joke please", True),
+        ("Knobb list", "knob", "list", True),
+        # wake words alone, or before anything else, are content
+        ("Hey, what is up", None, "Hey, what is up", False),
+        ("OK, list the files", None, "OK, list the files", False),
+        ("ok", None, "ok", False),
+        # ordinary words that sound like a directive are content
+        ("Marathon results", None, "Marathon results", False),
+        ("Merit increases this year", None, "Merit increases this year", False),
+        ("Cobble stones", None, "Cobble stones", False),
+        ("Cable prices", None, "Cable prices", False),
+        ("Dally no more", None, "Dally no more", False),
+        ("Nab the thief", None, "Nab the thief", False),
+        ("mara, list", None, "mara, list", False),
+        # only at the start
+        ("please ask morat", None, "please ask morat", False),
+        ("morat's idea", None, "morat's idea", False),
+    ],
+)
+def test_wake_words_and_mishearings(text, mode, rest, misheard):
+    p = parse(text, SPOKEN)
+    assert (p.mode, p.rest, p.misheard) == (mode, rest, misheard)
+
+
+@given(st.sampled_from(["hey", "OK", "okay", "hi", "hello"]), st.sampled_from(["marat", "dali"]))
+def test_a_wake_word_before_a_directive_is_dropped_with_it(wake, mode):
+    p = parse(f"{wake} {mode}, do it", SPOKEN)
+    assert (p.mode, p.rest, p.word) == (mode, "do it", f"{wake} {mode}")

@@ -265,14 +265,16 @@ def test_the_hint_never_offers_what_a_rule_cannot_hold(command):
 
 
 def test_yes_always_for_a_wrapped_command_makes_no_rule_and_says_why(store, tmp_path):
-    answer = rules.parse_answer("yes, always here")
+    from plugins.marat import answers
+
+    answer = answers.parse_answer("yes, always here")
     with pytest.raises(rules.RuleError, match="timeout runs another command it is given"):
-        rules.make_from_answer(
+        answers.make_from_answer(
             store, answer, cwd=str(tmp_path), session="s1", command="timeout 9 touch a"
         )
-    named = rules.parse_answer("yes, always for timeout")
+    named = answers.parse_answer("yes, always for timeout")
     with pytest.raises(rules.RuleError, match="I make no rule that runs timeout"):
-        rules.make_from_answer(
+        answers.make_from_answer(
             store, named, cwd=str(tmp_path), session="s1", command="timeout 9 touch a"
         )
     assert [r for r in rules.all_rules(store) if r.origin != "built-in"] == []
@@ -283,7 +285,7 @@ def test_every_wrapper_lmd_knows_is_read_through(store):
     from tests.plugins.marat.test_rules_corpus import every_wrapper
 
     rules.add_rule(store, "forbid", "git push", origin="voice")
-    commands = every_wrapper()
+    commands = every_wrapper(here_only=False)  # read, not run: every one
     assert len(commands) == len(effective.WRAPPERS) + len(effective.SHELLS)
     for command in commands:
         got = ruled(store, command.replace("%ROOT%", "/tmp"))

@@ -1,5 +1,6 @@
-"""Approval rules (daemon/rules.py): the spoken answers, matching on the parsed command, scopes
-and lifetimes, the built-in defaults, `lmd rules` and the HTTP routes."""
+"""Approval rules (daemon/rules.py): matching on the parsed command, scopes and lifetimes, the
+built-in defaults, `lmd rules` and the HTTP routes (the spoken answers that make rules:
+tests/plugins/marat/test_answers.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from daemon import rules
 from daemon.store import Store
+from plugins.marat import answers
 from tests.daemons import lmd_in_process
 
 
@@ -31,87 +33,10 @@ def proj(tmp_path: Path) -> Path:
 
 
 def allow_here(store, proj, command, said="yes, always here", session="s1"):
-    return rules.make_from_answer(
-        store, rules.parse_answer(said), cwd=str(proj), session=session, command=command, said=said
+    answer = answers.parse_answer(said)
+    return answers.make_from_answer(
+        store, answer, cwd=str(proj), session=session, command=command, said=said
     )
-
-
-# -- what the user says ----------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("said", "expected"),
-    [
-        ("yes, always here", ("allow", "kept", False, None, None)),
-        ("Yes. Always here!", ("allow", "kept", False, None, None)),
-        ("yes for this session", ("allow", "session", False, None, None)),
-        ("Yeah, for the rest of the session.", ("allow", "session", False, None, None)),
-        ("yes, always for git commit", ("allow", "kept", False, ("git", "commit"), None)),
-        ("Yes, always for Git commit.", ("allow", "kept", False, ("Git", "commit"), None)),
-        ("yes always everywhere", ("allow", "kept", True, None, None)),
-        ("yes, always here, without the sandbox", ("allow", "kept", False, None, "none")),
-        ("yes always in the read only sandbox", ("allow", "kept", False, None, "read-only")),
-        ("yes and don't ask again", ("allow", "kept", False, None, None)),
-        ("never run that", ("forbid", "kept", True, None, None)),
-        ("Never run that here.", ("forbid", "kept", False, None, None)),
-        ("no, never run git push", ("forbid", "kept", True, ("git", "push"), None)),
-        ("never again", ("forbid", "kept", True, None, None)),
-    ],
-)
-def test_spoken_answers_that_make_rules(said, expected):
-    a = rules.parse_answer(said)
-    assert a is not None and a.problem is None
-    assert (a.decision, a.lifetime, a.everywhere, a.named, a.sandbox) == expected
-
-
-@pytest.mark.parametrize(
-    "said",
-    ["yes", "no", "yes please run it", "never", "never mind", "no, never", "remember that",
-     "yes for git commit", "yes, list the files instead", "always list the files", "x" * 400,
-     "", "forget it"],
-)  # fmt: skip
-def test_plain_answers_and_other_words_make_no_rule(said):
-    assert rules.parse_answer(said) is None
-
-
-@pytest.mark.parametrize(
-    ("said", "problem"),
-    [
-        ("yes always here everywhere", "both here and everywhere"),
-        ("yes always for this session", "both always and this session"),
-        ("yes always without the sandbox read only", "without the sandbox and read-only"),
-        ("yes, never run that", "both yes and never"),
-    ],
-)
-def test_contradictions_are_one_sentence(said, problem):
-    a = rules.parse_answer(said)
-    assert a is not None and problem in a.problem
-
-
-@pytest.mark.parametrize(
-    ("said", "expected"),
-    [
-        ("what are my rules", True),
-        ("What are my rules?", True),
-        ("which rules do I have", True),
-        ("list my rules", True),
-        ("what are the files here", False),
-    ],
-)
-def test_asking_for_the_rules(said, expected):
-    assert rules.asks_for_list(said) is expected
-
-
-@pytest.mark.parametrize(
-    ("said", "target"),
-    [
-        ("forget the git commit rule", "git commit"),
-        ("Forget rule 3.", "3"),
-        ("remove the rule for npm test", "npm test"),
-        ("forget it", None),
-        ("forget about the meeting", None),
-    ],
-)
-def test_forgetting_a_rule(said, target):
-    assert rules.forget_target(said) == target
 
 
 # -- matching --------------------------------------------------------------------------------------
@@ -171,8 +96,8 @@ def test_forbid_wins_and_ask_comes_before_allow(store, proj):
     allow_here(store, proj, "git push origin main", said="yes always for git")
     assert rules.decide(store, cwd=proj, session="s1", command="git log").decision == "allow"
     assert rules.decide(store, cwd=proj, session="s1", command="git push").decision == "ask"
-    rules.make_from_answer(
-        store, rules.parse_answer("never run that"), cwd=str(proj), session="s1",
+    answers.make_from_answer(
+        store, answers.parse_answer("never run that"), cwd=str(proj), session="s1",
         command="git log -p",
     )  # fmt: skip
     d = rules.decide(store, cwd=proj, session="s1", command="git status && git log -p -3")

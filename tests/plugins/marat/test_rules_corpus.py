@@ -90,14 +90,17 @@ def on_this_machine(program: str) -> bool:
     return found.returncode == 0
 
 
-def every_wrapper() -> list[str]:
-    """Each wrapper and shell lmd reads through and this machine has, around git push
-    (daemon/effective.py)."""
+def every_wrapper(here_only: bool = True) -> list[str]:
+    """Each wrapper and shell lmd reads through (and, `here_only`, this machine has), around
+    git push (daemon/effective.py)."""
     from daemon import effective
 
-    known = [w for w in sorted(effective.WRAPPERS) if on_this_machine(w)]
+    def wanted(program: str) -> bool:
+        return not here_only or on_this_machine(program)
+
+    known = [w for w in sorted(effective.WRAPPERS) if wanted(w)]
     forms = [WRAPPER_FORMS.get(w, f"{w} {{}}") for w in known]
-    forms += [f"{sh} -c '{{}}'" for sh in sorted(effective.SHELLS) if on_this_machine(sh)]
+    forms += [f"{sh} -c '{{}}'" for sh in sorted(effective.SHELLS) if wanted(sh)]
     return [form.format("git push origin main") for form in forms]
 
 

@@ -64,21 +64,12 @@ def test_the_approval_setting_needs_the_token(make_client):
     ("text", "sentence"),
     [
         (
-            "knob set max tokens to lots",
-            "max tokens cannot be 'lots'; it must be a whole number of at least 1.",
-        ),
-        (
-            "knob set max tokens to minus five",
-            "max tokens cannot be '-5'; it must be a whole number of at least 1.",
-        ),
-        (
             "knob set lm score aggregation to maybe",
             "lm score aggregation cannot be 'maybe'; it must be one of maj, avg.",
         ),
         (
-            "knob show max tokenz",
-            "There is no setting called max tokenz. Did you mean max tokens? "
-            "Say knob list to hear them.",
+            "knob show max tokenzz gone",
+            "There is no setting called max tokenzz gone. Say knob list to hear them.",
         ),
         (
             "knob set nothing at all here",
@@ -93,6 +84,53 @@ def test_bad_input_gets_one_sentence_and_changes_nothing(client, text, sentence)
     assert r.json()["error"] == sentence
     assert setting(client, "max_tokens")["value"] == 3500
     assert setting(client, "marat_approval")["value"] == "unsafe"
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("knob set max tokens to lots", "I could not read 'lots' as a number for max tokens."),
+        ("knob set max tokens to about four thousand",
+         "I could not read 'about four thousand' as a number for max tokens."),
+        ("knob set max tokens to minus five",
+         "max tokens cannot be '-5'; it must be a whole number of at least 1."),
+        ("knob set max thought loops to five hundred",
+         "max thought loops cannot be '500'; it must be a whole number from 1 to 100."),
+        ("knob set max tokens to two minutes",
+         "max tokens is not a time; say a number without minutes."),
+    ],
+)  # fmt: skip
+def test_a_value_lmd_cannot_take_is_a_question_not_a_guess(client, backend, text, why):
+    name = "max_thought_loops" if "loops" in text else "max_tokens"
+    before = setting(client, name)["value"]
+    body = say(client, text).json()
+    said = name.replace("_", " ")
+    assert body["reply"].startswith(f"{why} What should {said} be? Say a whole number")
+    assert body["reply"].endswith(f", or no to leave it at {before}.")
+    assert body["pending"]["kind"] == "value" and setting(client, name)["value"] == before
+    # the next utterance answers the question
+    assert say(client, "forty three hundred").json()["reply"] == (
+        f"{said} cannot be '4300'; it must be a whole number from 1 to 100. What should {said} "
+        f"be? Say a whole number from 1 to 100, or no to leave it at {before}."
+        if "loops" in text
+        else f"{said} is now 4300."
+    )
+    if "loops" in text:
+        assert say(client, "No.").json()["reply"] == f"All right, {said} stays {before}."
+    assert backend.chat_requests == []
+
+
+def test_names_heard_not_exactly_are_said_back(client):
+    assert say(client, "knob show max tokenz").json()["reply"] == (
+        "I took max tokenz to mean max tokens. max tokens is 3500."
+    )
+    assert say(client, "knob set maximum tokens to four k").json()["reply"] == (
+        "I took maximum tokens to mean max tokens. max tokens is now 4000."
+    )
+    assert say(client, "knob set LLM timeout seconds to two minutes").json()["reply"] == (
+        "I took LLM timeout seconds to mean llm timeout secs. llm timeout secs is now 120."
+    )
+    assert say(client, "knob set marat approval to all ways").status_code == 403  # protected
 
 
 def test_help_and_alias(client):
@@ -130,6 +168,16 @@ def test_env_override_is_mentioned(client, monkeypatch):
 @pytest.mark.parametrize(
     ("spoken", "number"),
     [
+        ("four thousand five hundred, please", 4500),
+        ("forty three hundred", 4300),
+        ("four k", 4000),
+        ("4k", 4000),
+        ("nineteen eighty four", 1984),
+        ("eight oh eight oh", 8080),
+        ("two thousand and five", 2005),
+        ("1,000,000", 1_000_000),
+        ("about four thousand", None),
+        ("twenty twenty twenty", None),
         ("four thousand", 4000),
         ("zero point five", 0.5),
         ("three point one four", 3.14),
@@ -172,3 +220,51 @@ def words(n: int) -> str:
 @given(st.integers(min_value=0, max_value=999_999))
 def test_every_spoken_whole_number_round_trips(n):
     assert spoken_number(words(n)) == n
+
+
+# -- directive aliases taught by voice (issue 38 item 2) ------------------------------------------
+def test_an_alias_taught_by_voice_picks_the_mode(make_client, backend):
+    client = make_client(token="t0k")
+    # which words pick a mode is the user's alone (a protected setting): the daemon's token
+    r = say(client, "knob, when I say morrat I mean marat")
+    assert r.status_code == 403 and "directive_aliases is protected" in r.json()["error"]
+    client.headers["Authorization"] = "Bearer t0k"  # lmd say sends it
+    body = say(client, "knob, when I say morrat I mean marat").json()
+    assert body["reply"] == "From now on, morrat at the start of what you say means marat."
+    assert setting(client, "directive_aliases")["value"] == {"marat": ["morrat"]}
+    backend.queue(final("Listed."))
+    assert say(client, "Morrat, list the files").json()["mode"] == "marat"
+    # an ordinary word may be taught, with a warning; a common one may not
+    body = say(client, "knob when I say dahlia I mean dali").json()
+    assert body["reply"] == (
+        "From now on, dahlia at the start of what you say means dali. dahlia is also an "
+        "ordinary word: a sentence starting with it goes to dali."
+    )
+    assert say(client, "knob when I say go I mean marat").json()["reply"] == (
+        "go is a common word: every sentence that starts with it would go to marat. Choose a "
+        "word nobody starts a sentence with."
+    )
+    assert say(client, "knob when I say nob I mean marat").json()["reply"] == (
+        "nob already means knob; forget that alias first, or choose another word."
+    )
+    assert (
+        say(client, "knob when I say hey I mean marat")
+        .json()["reply"]
+        .startswith("hey is a wake word")
+    )
+    assert (
+        say(client, "knob when I say blorp I mean wizard")
+        .json()["reply"]
+        .startswith("There is no mode called wizard; the modes are ")
+    )
+    assert say(client, "knob aliases").json()["reply"] == (
+        "You taught me dahlia for dali; morrat for marat. Built in: kobol, co bol for cobol; "
+        "dolly, dally for dali; nob, knobs for knob; murat, marrat, ma rat for marat."
+    )
+    assert say(client, "knob forget the alias morrat").json()["reply"] == (
+        "morrat no longer means marat."
+    )
+    assert setting(client, "directive_aliases")["value"] == {"dali": ["dahlia"]}
+    assert backend.chat_requests == [] or all(
+        "knob" not in m["content"] for r in backend.chat_requests for m in r["messages"]
+    )
