@@ -1,4 +1,4 @@
-"""daemon/execution/sandbox.py: the wrapped argv, detection and its reasons, the Seatbelt
+"""daemon/execution/sandbox/: the wrapped argv, detection and its reasons, the Seatbelt
 profile, the seccomp filter, and the limits really biting (memory, file size, CPU, processes)
 under the real bubblewrap, as root and as an ordinary second user."""
 
@@ -18,7 +18,7 @@ import pytest
 
 from daemon.execution import sandbox
 from daemon.execution.runner import REDACTED, redact, run_command
-from daemon.execution.sandbox import Limits, Policy
+from daemon.execution.sandbox import Limits, Policy, bwrap, cgroups, detection
 from tests.daemons import SANDBOX_PYTHON, processes_with, writable_by_others
 
 
@@ -192,7 +192,7 @@ def test_detection_says_what_is_not_bounded_here(monkeypatch):
     )
     fake.chmod(0o755)
     monkeypatch.setenv("LMD_BWRAP", str(fake))
-    monkeypatch.setattr(sandbox, "_memory_cgroup_base", lambda: None)
+    monkeypatch.setattr(detection, "memory_cgroup_base", lambda: None)
     try:
         found = sandbox.detect(refresh=True)
     finally:
@@ -323,7 +323,7 @@ def test_lmd_installed_in_tmp_stays_visible_read_only(tmp_path, monkeypatch):
         tool.write_text("#!/bin/sh\necho tool ran\n")
         tool.chmod(0o755)
         (other / "secret.txt").write_text("nope\n")
-        monkeypatch.setattr(sandbox, "_own_install", lambda: (str(install / "venv"),))
+        monkeypatch.setattr(bwrap, "_own_install", lambda: (str(install / "venv"),))
         cmd = f"{tool}; touch {install}/x 2>&1; cat {other}/secret.txt 2>&1; echo LS; ls /tmp"
         r = run(cmd, tmp_path, policy(tmp_path))
         assert "tool ran" in r.output and "Read-only file system" in r.output
@@ -523,7 +523,7 @@ def test_process_limit_is_per_sandbox_for_an_ordinary_user(request):
     work = Path(tempfile.mkdtemp(prefix="lmd-second-user-"))  # pytest's tmp is 0700
     request.addfinalizer(lambda: shutil.rmtree(work, ignore_errors=True))
     # lmd's core as plain files the second user can read (the venv lives under /root)
-    daemon_dir = Path(sandbox.__file__).resolve().parent.parent
+    daemon_dir = Path(sandbox.__file__).resolve().parents[2]
     shutil.copytree(daemon_dir, work / "daemon", ignore=shutil.ignore_patterns("__pycache__"))
     for p in [work, *work.rglob("*")]:
         p.chmod(0o755 if p.is_dir() else 0o644)
@@ -656,9 +656,9 @@ def test_cgroups_of_dead_daemons_are_removed(tmp_path):
     young = tmp_path / "cmd-999999998-1"
     for path in (dead, alive, young):
         path.mkdir()
-    old = time.time() - sandbox.ORPHAN_AGE - 5
+    old = time.time() - cgroups.ORPHAN_AGE - 5
     os.utime(dead, (old, old))
     os.utime(alive, (old, old))
     (tmp_path / "other").mkdir()
-    sandbox._remove_orphans(str(tmp_path))
+    cgroups._remove_orphans(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, young.name, "other"])
