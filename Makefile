@@ -15,8 +15,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# _online.c: the editable install compiles it in place, so a change needs a reinstall
-$(STAMP): $(BIN)/python pyproject.toml plugins/elo/_online.c
+# the C parts (setup.py): the editable install compiles them in place, so a change needs a
+# reinstall
+$(STAMP): $(BIN)/python pyproject.toml setup.py plugins/elo/_online.c $(wildcard daemon/execution/sandbox/*.c)
 	$(BIN)/pip install -q -e .
 	touch $(STAMP)
 
