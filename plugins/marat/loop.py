@@ -32,7 +32,7 @@ from daemon.api import (
     verbatim,
 )
 
-from . import audit, prompt, protocols, safety
+from . import audit, prompt, protocols, safety, staged
 from .execute import execute, start_dir
 
 # An answer to "Say yes to run it, or no" is made only of these words, with at least one of
@@ -130,6 +130,18 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
             _keep_pending(ctx, pending)
             yield f"{ruling.problem} The command is still waiting."
             return
+        if pending.get("staged") and word in ("yes", "no"):  # what a rule-run command wrote
+            ctx.reply_kind = "decorative"
+            said = staged.answer(ctx, pending, word == "yes")
+            if word == "no":
+                _finish_karma(ctx, task, done=False)
+                yield said
+                return
+            yield said + "\n"
+            _observe(ctx, task, f"Observation: the user said yes. {said}", {})
+            async for chunk in _loop(ctx, task):
+                yield chunk
+            return
         if word == "yes":
             command = pending["command"]
             if pending.get("tool"):
@@ -176,6 +188,10 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
         # surprised people): say so
         ctx.reply_kind = "decorative"
         yield "Nothing is waiting for a yes or a no; say what you want done."
+        return
+    if staged.is_undo(ctx.text) and staged.kept(ctx):  # the last rule-run command's writes
+        ctx.reply_kind = "decorative"
+        yield ONLY_THE_USER if agent else staged.undo(ctx)
         return
     if rules.asks_for_list(ctx.text):
         ctx.reply_kind = "decorative"
@@ -416,7 +432,19 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
             ctx.reply_kind = "decorative"
             yield question(command, why, marked=True)
             return
-        await _run(ctx, task, command, decision.approval, policy=policy, rule_id=decision.rule_id)
+        r = await _run(
+            ctx, task, command, decision.approval, policy=policy, rule_id=decision.rule_id
+        )
+        asked, places = staged.held_question(ctx, r, decision.rule_id)
+        if places:  # it wrote what its rule does not cover: named, for a yes to exactly those
+            held = {"dir": r.staged.dir, "places": places}
+            ctx.set_pending({**task.to_pending(staged.subject(places), asked), "staged": held})
+            ctx.state["approval"] = ctx.session.pending
+            ctx.reply_kind = "decorative"
+            yield asked
+            return
+        if asked:
+            yield asked + "\n"
     _finish_karma(ctx, task, done=False)
     ctx.reply_kind = "decorative"
     tail = f" The last command I ran was {task.last_command}." if task.last_command else ""
@@ -487,9 +515,9 @@ async def _run(
     answer: str | None = None,
     policy: sandbox.Policy | None = None,
     rule_id: int | None = None,
-) -> None:
+) -> CommandResult:
     """Execute (in the sandbox when a policy is given), remember the new cwd, store the
-    observation and the audit row."""
+    observation and the audit row; keep a rule-run command's staged writes (for undo)."""
     s = ctx.settings
     cwd, note = start_dir(ctx.session.cwd, s["marat_start_dir"])
     run = await execute(
@@ -500,9 +528,11 @@ async def _run(
         sandbox=policy,
         secrets=daemon_secrets(ctx.daemon),
         passthrough=s["command_env_passthrough"],
+        keep_staged=True,
     )
     ctx.session.cwd = run.cwd_after
     r = run.result
+    staged.remember(ctx, r, rule_id)
     lines = [f"Observation: {r.describe()}"]
     if note:
         lines.insert(0, note)
@@ -539,6 +569,7 @@ async def _run(
         }
     )
     ctx.extra["cwd"] = run.cwd_after
+    return r
 
 
 def _refuse(ctx: Context, task: Task, command: str, cwd: str, ruled: rules.Decision) -> None:

@@ -19,7 +19,7 @@ import pytest
 from daemon.execution import sandbox
 from daemon.execution.runner import REDACTED, redact, run_command
 from daemon.execution.sandbox import Limits, Policy, bwrap, cgroups, detection
-from tests.daemons import SANDBOX_PYTHON, processes_with, writable_by_others
+from tests.daemons import SANDBOX_PYTHON, processes_with
 
 
 def policy(tmp_path: Path, **kw) -> Policy:
@@ -88,41 +88,6 @@ def test_bwrap_args_read_only(tmp_path):
     assert a[k - 1] == "--ro-bind" and k > a.index("/tmp")
     old = sandbox.bwrap_args(pol)  # a bwrap before 0.8: no size cap, so no /dev/shm
     assert "--size" not in old and "/dev/shm" not in old and "--remount-ro" in old
-
-
-def test_bwrap_args_workspace_write_keeps_git_read_only_and_secrets_hidden(tmp_path):
-    work = tmp_path / "repo"
-    (work / ".git").mkdir(parents=True)
-    (work / ".env").write_text("KEY=1\n")
-    pol = policy(
-        tmp_path, level="workspace-write", writable=(str(work),), hidden=(str(work / ".env"),)
-    )
-    a = sandbox.bwrap_args(pol)
-    bind = a.index("--bind")
-    assert a[bind + 1 : bind + 3] == [str(work), str(work)]
-    git = a.index(str(work / ".git"))
-    assert a[git - 1] == "--ro-bind" and git > bind
-    env = a.index(str(work / ".env"))
-    assert env > bind  # hidden after the writable bind, so it stays hidden
-
-
-def test_workspace_write_is_refused_where_it_would_expose_home(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    lmd = home / ".local" / "share" / "lmd"
-    lmd.mkdir(parents=True)
-    for where, sentence in [
-        ("/", "the root of the file system"),
-        (str(home), "your home directory"),
-        (str(tmp_path), "your home directory"),
-        (str(home / ".local"), "lmd's own directory"),
-    ]:
-        assert sentence in sandbox.workspace_problem(where, str(home), str(lmd), [])
-    secret = home / ".ssh"
-    (secret / "keys").mkdir(parents=True)
-    assert "hidden" in sandbox.workspace_problem(
-        str(secret / "keys"), str(home), str(lmd), [str(secret)]
-    )
-    assert sandbox.workspace_problem(str(home / "code"), str(home), str(lmd), []) is None
 
 
 def test_hidden_paths_cover_secret_places_and_both_ends_of_a_symlink(tmp_path, monkeypatch):
@@ -224,8 +189,10 @@ def test_unknown_systems_have_no_sandbox(monkeypatch):
 
 # -- Seatbelt ------------------------------------------------------------------------------------
 def test_seatbelt_profile_text(tmp_path):
+    """Seatbelt cannot stage writes: its profile never makes a workspace writable (a command
+    that would write one asks on macOS), only the private temp dir; secrets stay hidden."""
     work = tmp_path / 'my "work"'
-    (work / ".git").mkdir(parents=True)
+    work.mkdir()
     ssh = tmp_path / ".ssh"
     ssh.mkdir()
     pol = policy(tmp_path, level="workspace-write", writable=(str(work),), hidden=(str(ssh),))
@@ -234,14 +201,14 @@ def test_seatbelt_profile_text(tmp_path):
     assert lines[:2] == ["(version 1)", "(deny default)"]
     assert "(allow file-read*)" in lines and lines[-1] == "(deny network*)"
     assert "(allow network" not in text
-    real = os.path.realpath(work).replace('"', '\\"')
-    allow = lines.index(f'(allow file-write* (subpath "{real}"))')
-    deny_git = lines.index(f'(deny file-write* (subpath "{real}/.git"))')
     deny_ssh = lines.index(f'(deny file-read* file-write* (subpath "{os.path.realpath(ssh)}"))')
-    assert lines.index("(allow file-read*)") < deny_ssh and allow < deny_git  # later rules win
-    read_only = sandbox.seatbelt_profile(policy(tmp_path), str(tmp_path / "t"))
-    assert f'(subpath "{real}")' not in read_only  # nothing but the temp dir is writable
-    assert read_only.count("(allow file-write*") == 1
+    assert lines.index("(allow file-read*)") < deny_ssh  # later rules win
+    assert 'my \\"work\\"' not in text and text.count("(allow file-write*") == 1
+    tmp = os.path.realpath(tmp_path / "t")
+    assert f'(allow file-write* (subpath "{tmp}"))' in lines
+    found = sandbox.Availability("seatbelt", "Seatbelt.", binary="/usr/bin/sandbox-exec")
+    with pytest.raises(RuntimeError):
+        sandbox.prepare(pol, ["true"], found)
 
 
 # -- seccomp -------------------------------------------------------------------------------------
@@ -362,97 +329,6 @@ def test_hidden_places_are_empty_and_read_only(tmp_path):
     assert ".netrc" not in r.output  # an empty, readable file: wget still runs
     assert "Read-only file system" in r.output and r.output.rstrip().endswith("end")
     assert sorted(os.listdir(ssh)) == ["id_rsa"]
-
-
-@pytest.mark.bwrap
-def test_workspace_write_writes_only_the_workspace(tmp_path):
-    work = tmp_path / "work"
-    (work / ".git").mkdir(parents=True)
-    writable_by_others(work)  # as root the command runs as nobody: the workspace is theirs
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    pol = Policy("workspace-write", str(work), str(tmp_path), writable=(str(work),))
-    r = run(
-        "echo built > out.txt; touch ../outside/x; touch .git/hooks-planted; echo ok",
-        work,
-        pol,
-    )
-    assert (work / "out.txt").read_text() == "built\n"
-    assert os.listdir(outside) == [] and not (work / ".git" / "hooks-planted").exists()
-    assert r.output.count("Read-only file system") == 2 and r.sandbox == "workspace-write"
-
-
-@pytest.mark.bwrap
-def test_workspace_write_removes_what_a_command_planted(tmp_path):
-    """A new nested repository with a hook, a Makefile, a .pth: the sandbox could not have
-    made them read-only before they existed, so the runner removes them after any command
-    (marat's under an allow rule as well as cobol's builds) and says so."""
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "keep.txt").write_text("mine\n")
-    writable_by_others(work)
-    pol = Policy("workspace-write", str(work), str(tmp_path), writable=(str(work),))
-    r = run(
-        "git init -q fresh && printf '#!/bin/sh\\ntouch /tmp/x\\n' > fresh/.git/hooks/pre-commit"
-        " && mkdir -p sub && echo all: > sub/Makefile && echo import os > x.pth && echo built"
-        " > out.txt",
-        work,
-        pol,
-    )
-    assert r.exit_code == 0, r.output
-    assert sorted(os.listdir(work)) == ["fresh", "keep.txt", "out.txt", "sub"]
-    assert os.listdir(work / "fresh") == [] and os.listdir(work / "sub") == []
-    assert r.removed == tuple(str(work / p) for p in ("fresh/.git", "sub/Makefile", "x.pth"))
-    assert "lmd removed what it created" in r.output and "fresh/.git" in r.output
-
-
-@pytest.mark.bwrap
-def test_the_workspace_is_walked_off_the_event_loop_once_before_and_once_after(
-    tmp_path, monkeypatch
-):
-    """Finding what stays read-only walks the whole workspace: never on the event loop (it
-    serves every other request meanwhile), once for the sandbox and once for what was planted."""
-    import threading
-
-    from daemon.execution import protected
-
-    work = tmp_path / "work"
-    (work / ".git").mkdir(parents=True)
-    writable_by_others(work)
-    walks: list[bool] = []
-    real = protected.protected_in
-
-    def watched(root: str, limit: int = 20000) -> list[str]:
-        walks.append(threading.current_thread() is threading.main_thread())
-        return real(root, limit)
-
-    monkeypatch.setattr(protected, "protected_in", watched)
-    pol = Policy("workspace-write", str(work), str(tmp_path), writable=(str(work),))
-    r = run("git init -q fresh; touch .git/x; echo done", work, pol)  # asyncio.run: main thread
-    assert walks == [False, False], walks
-    assert r.output.count("Read-only file system") == 1 and r.removed == (str(work / "fresh/.git"),)
-    assert not (work / "fresh" / ".git").exists() and not (work / ".git" / "x").exists()
-
-
-def test_planted_paths_are_removed_without_following_a_swapped_in_symlink(tmp_path, monkeypatch):
-    """Between the walk that finds a planted `fresh/.git` and its removal, another command in
-    the same workspace swaps `fresh` for a link to a folder outside: nothing outside goes."""
-    from daemon.execution import runner
-
-    work, outside = tmp_path / "work", tmp_path / "outside"
-    (outside / ".git").mkdir(parents=True)
-    (outside / ".git" / "config").write_text("mine\n")
-    (outside / "Makefile").write_text("all:\n")
-    work.mkdir()
-    (work / "fresh").symlink_to(outside)  # the swap, already done
-    (work / "Makefile").symlink_to(outside / "Makefile")  # a planted link: it goes, not its target
-    pol = Policy("workspace-write", str(work), str(tmp_path), writable=(str(work),))
-    found = (str(work / "fresh" / ".git"), str(work / "Makefile"), str(tmp_path / "x"))
-    monkeypatch.setattr(Policy, "find_protected", lambda self: found)
-    assert runner._remove_planted(pol, set()) == tuple(sorted(found))
-    assert (outside / ".git" / "config").read_text() == "mine\n"
-    assert (outside / "Makefile").read_text() == "all:\n"
-    assert not (work / "Makefile").is_symlink() and (work / "fresh").is_symlink()
 
 
 @pytest.mark.bwrap

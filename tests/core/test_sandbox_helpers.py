@@ -143,8 +143,9 @@ def test_a_helper_is_checked_before_use(tmp_path, monkeypatch):
     assert "is not a regular file" in helpers.check(planted, name[-12:])
     helper, problem = helpers.find_helper("landlock", source=source)
     assert problem == "" and helper == str(cache / "lmd" / name)
-    assert subprocess.run([helper, "--source"], capture_output=True, text=True).stdout.strip() == (
-        name[-12:]
+    assert (
+        subprocess.run([helper, "--source"], capture_output=True, text=True).stdout.strip()
+        == (name[-12:])
     )
 
 
@@ -154,8 +155,16 @@ def test_setup_builds_the_helpers_into_the_package_at_install_time(tmp_path):
     if not (shutil.which("cc") or shutil.which("gcc")):
         pytest.skip("no C compiler here")
     done = subprocess.run(
-        [sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(tmp_path / "lib"),
-         "--build-temp", str(tmp_path / "tmp")],  # fmt: skip
+        [
+            sys.executable,
+            "setup.py",
+            "-q",
+            "build_ext",
+            "--build-lib",
+            str(tmp_path / "lib"),
+            "--build-temp",
+            str(tmp_path / "tmp"),
+        ],  # fmt: skip
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -27,7 +27,7 @@ SCRIPT = r"""
 import os, subprocess, sys
 sys.path.insert(0, os.environ["SANDBOX_DIR"])
 from daemon.execution import sandbox
-from daemon.execution.sandbox import landlock
+from daemon.execution.sandbox.staging import discard, new_stage
 found = sandbox.detect()
 assert found.kind == "bwrap", found
 if found.landlock is None:
@@ -49,10 +49,12 @@ cmd = (f"echo planted > {fifo}; echo fifo=$?; "
        "echo t > /tmp/t && cat /tmp/t && echo tmp=ok; "
        "echo w > a/f && mv a/f b/f && cat b/f && echo ws=ok; "
        "echo n > /dev/null && echo null=ok")
-p = sandbox.prepare(pol, ["bash", "-c", cmd], found)
+stage = new_stage(ws, os.path.join(work, "staged"))  # its writes land in the stage
+p = sandbox.prepare(pol, ["bash", "-c", cmd], found, stage)
 r = subprocess.run(p.argv, pass_fds=p.pass_fds, capture_output=True, text=True, cwd=ws,
                    env=sandbox.command_env(ws), timeout=30)
 p.close()
+discard(stage.dir)
 try:
     got = os.read(reader, 100)
 except BlockingIOError:
@@ -116,12 +118,14 @@ def test_a_fifo_of_an_ordinary_users_daemon_refuses_a_sandboxed_writer(request):
     request.addfinalizer(lambda: shutil.rmtree(copy, ignore_errors=True))
     daemon_dir = Path(sandbox.__file__).resolve().parents[2]
     shutil.copytree(daemon_dir, copy / "daemon", ignore=shutil.ignore_patterns("__pycache__"))
-    # the applier root's detection found (beside its source, or in /var/cache/lmd), beside the
-    # copy's source: the second user has no home to build one in
-    applier = Path(found.landlock)
-    shutil.copy2(applier, copy / "daemon" / "execution" / "sandbox" / applier.name)
+    # the helpers root's detection found (beside their source, or in /var/cache/lmd), beside
+    # the copy's source: the second user has no home to build them in
+    for helper in (Path(found.landlock), Path(found.stage or "")):
+        if helper.name:
+            shutil.copy2(helper, copy / "daemon" / "execution" / "sandbox" / helper.name)
     for p in [copy, *copy.rglob("*")]:
-        p.chmod(0o755 if p.is_dir() or p.name.startswith("lmd-landlock-") else 0o644)
+        helper = p.name.startswith(("lmd-landlock-", "lmd-stage-"))
+        p.chmod(0o755 if p.is_dir() or helper else 0o644)
     setpriv = ["setpriv", f"--reuid={name}", f"--regid={name}", "--clear-groups"]
     out = attempt(setpriv, "/usr/bin/python3", copy)
     assert_refused(out)

@@ -28,6 +28,7 @@ _SIGNS = (
         "it hit the memory limit",
     ),
     (re.compile(r"fork: (retry: )?Resource temporarily unavailable"), "it hit the process limit"),
+    (re.compile(r"^lmd-stage: ", re.M), "lmd could not stage its writes"),
 )
 _SIGNAL_EXITS = {128 + 25: "it hit the file size limit", 128 + 24: "it hit the CPU time limit"}
 

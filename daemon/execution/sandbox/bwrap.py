@@ -18,6 +18,7 @@ from .seccomp import seccomp_program
 
 if TYPE_CHECKING:
     from .detection import Availability
+    from .staging import Stage
 
 # Parts of a fresh /proc that are kernel interfaces rather than processes: read-only always
 # (Docker's list; the unprivileged uid cannot write them anyway, this is the second line).
@@ -87,9 +88,9 @@ def bwrap_args(
         if top and not (unprivileged and not _others_may(top, os.X_OK)):
             a += ["--ro-bind", top, top]
     for root in policy.writable:
+        # the staging overlay lmd-stage mounted over the tree (bwrap's --ro-bind / / carried
+        # it in read-only): the command's writes land in the stage, never in the tree
         a += ["--bind", root, root]
-    for inner in policy.protected_inside:
-        a += ["--ro-bind", inner, inner]
     for secret in policy.hidden:
         if unprivileged and not _others_may(os.path.dirname(secret), os.X_OK):
             continue  # the unprivileged user cannot reach it anyway (nor could bwrap cover it)
@@ -126,8 +127,13 @@ def _tmp_tree(path: str) -> str | None:
     return None
 
 
-def prepare_bwrap(policy: Policy, argv: list[str], found: Availability) -> Prepared:
-    """`argv` wrapped in bwrap for `policy`, with the pipes and cgroups it needs."""
+def prepare_bwrap(
+    policy: Policy, argv: list[str], found: Availability, stage: Stage | None = None
+) -> Prepared:
+    """`argv` wrapped in bwrap for `policy`, with the pipes and cgroups it needs. A policy
+    that writes a tree needs its `stage` (lmd-stage mounts it over the tree first)."""
+    if policy.writable and (stage is None or found.stage is None):
+        raise RuntimeError("A command that may write runs only with its writes staged.")
     fds: list[int] = []
     seccomp_fd = None
     program = seccomp_program() if found.seccomp else None
@@ -155,7 +161,10 @@ def prepare_bwrap(policy: Policy, argv: list[str], found: Availability) -> Prepa
         # the command
         argv = [found.landlock, *landlock_writable(policy), "--", *argv]
     wrapped = [bwrap, *args, "--", *argv]
-    if found.setpriv:
+    if stage is not None and found.stage:
+        # lmd-stage mounts the overlay, then (as root) becomes the unprivileged user itself
+        wrapped = [*stage.argv(found.stage), *wrapped]
+    elif found.setpriv:
         # As root: become the unprivileged user before bwrap, so uid 0 never enters the
         # sandbox (bwrap then builds it as that user, in a user namespace of its own).
         uid = str(ROOT_RUNS_AS)

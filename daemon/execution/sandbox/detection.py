@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from .bwrap import prepare_bwrap
 from .cgroups import memory_cgroup_base, pids_cgroup_base
 from .environment import command_env
+from .helpers import find_helper
 from .landlock import landlock_helper
-from .policy import NONE, READ_ONLY, Limits, Policy, _user_name
+from .policy import NONE, READ_ONLY, WORKSPACE_WRITE, Limits, Policy, _user_name
 from .seccomp import seccomp_program
+from .staging import Stage, discard, new_stage
 
 APT_HINT = "install the bubblewrap package (apt install bubblewrap, or dnf install bubblewrap)"
 
@@ -39,6 +41,8 @@ class Availability:
     setpriv: str | None = None  # root only: how commands become ROOT_RUNS_AS before bwrap
     memory_cgroup: str | None = None  # where per-command memory cgroups are made, if anywhere
     landlock: str | None = None  # the Landlock applier run first inside the sandbox, if any
+    stage: str | None = None  # lmd-stage: how a writing command's writes are staged, if at all
+    stage_problem: str = ""  # why they cannot be (then no command writes without a yes)
 
     @property
     def available(self) -> bool:
@@ -130,6 +134,8 @@ def _detect_bwrap() -> Availability:
             found = with_landlock
         else:
             landlock_problem = f"Landlock does not work inside bwrap here ({landlock_problem})"
+    stage, stage_problem = _probe_staging(found) if problem is None else (None, "")
+    found = dataclasses.replace(found, stage=stage, stage_problem=stage_problem)
     if problem:
         return Availability(
             NONE,
@@ -150,6 +156,11 @@ def _detect_bwrap() -> Availability:
         warnings.append(
             f"Named pipes (FIFOs) and device files of {whose} outside the hidden places and the "
             f"private /tmp can still be opened for writing: {landlock_problem}."
+        )
+    if found.stage is None:
+        warnings.append(
+            "A command's writes cannot be staged here, so no command writes anything without "
+            f"your yes (rules at workspace-write ask instead): {stage_problem}."
         )
     if os.geteuid() == 0 and found.pids_cgroup is None:
         warnings.append(
@@ -183,6 +194,11 @@ def _detect_bwrap() -> Availability:
             "; Landlock refuses opening for writing, named pipes included, outside its writable "
             "places)."
         )
+    if found.stage:
+        reason = reason[:-2] + (
+            "; a command that may write a tree writes a staged copy, and lmd keeps only what "
+            "its rule allows)."
+        )
     return Availability(
         "bwrap",
         reason,
@@ -194,6 +210,8 @@ def _detect_bwrap() -> Availability:
         setpriv=setpriv,
         memory_cgroup=found.memory_cgroup,
         landlock=found.landlock,
+        stage=found.stage,
+        stage_problem=found.stage_problem,
     )
 
 
@@ -201,23 +219,58 @@ def _probe(found: Availability) -> str | None:
     """Run `true` under the full policy; the error bwrap printed, or None when it worked."""
     with tempfile.TemporaryDirectory(prefix="lmd-sandbox-probe-") as tmp:
         os.chmod(tmp, 0o755)  # as root, the unprivileged user must enter it
-        policy = Policy(READ_ONLY, tmp, tmp, limits=Limits())
-        prepared = prepare_bwrap(policy, ["true"], found)
+        return _run_probe(found, Policy(READ_ONLY, tmp, tmp, limits=Limits()), ["true"])
+
+
+def _probe_staging(found: Availability) -> tuple[str | None, str]:
+    """lmd-stage and "" when a staged write works here (it lands in the stage, not in the
+    tree), else None and why not."""
+    helper, problem = find_helper("stage")
+    if helper is None:
+        return None, problem
+    with_stage = dataclasses.replace(found, stage=helper)
+    with tempfile.TemporaryDirectory(prefix="lmd-stage-probe-") as tmp:
+        os.chmod(tmp, 0o755)
+        tree = os.path.join(tmp, "tree")
+        os.mkdir(tree, 0o755)
         try:
-            done = subprocess.run(
-                prepared.argv,
-                cwd=tmp,
-                capture_output=True,
-                text=True,
-                timeout=10,
-                pass_fds=prepared.pass_fds,
-                env=command_env(tmp),
-                start_new_session=True,
-            )
-        except (OSError, subprocess.SubprocessError) as e:
-            return str(e)
+            stage = new_stage(tree, os.path.join(tmp, "staged"))
+        except OSError as e:
+            return None, f"no staging directory can be made ({e})"
+        try:
+            policy = Policy(WORKSPACE_WRITE, tree, tree, writable=(tree,), limits=Limits())
+            argv = ["/bin/sh", "-c", "echo staged > probe"]
+            problem = _run_probe(with_stage, policy, argv, stage)
+            if problem is None and (
+                os.path.lexists(os.path.join(tree, "probe"))
+                or not os.path.isfile(os.path.join(stage.upper, "probe"))
+            ):
+                problem = "the overlay did not hold the write"
         finally:
-            prepared.close()
+            discard(stage.dir)
+    return (None, f"lmd-stage does not work here ({problem})") if problem else (helper, "")
+
+
+def _run_probe(
+    found: Availability, policy: Policy, argv: list[str], stage: Stage | None = None
+) -> str | None:
+    """Run `argv` under `policy`; the error the sandbox printed, or None when it worked."""
+    prepared = prepare_bwrap(policy, argv, found, stage)
+    try:
+        done = subprocess.run(
+            prepared.argv,
+            cwd=policy.cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            pass_fds=prepared.pass_fds,
+            env=command_env(policy.cwd),
+            start_new_session=True,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        return str(e)
+    finally:
+        prepared.close()
     if done.returncode == 0:
         return None
     lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]

@@ -3,7 +3,6 @@ workspace and why a place may not be one, and what root's commands (run as nobod
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +74,10 @@ SECRET_HOME_PATHS = (
 # core_pattern makes the kernel run a program as root on the host), so mapping the sandbox to
 # root outside is never safe, whatever else is read-only.
 ROOT_RUNS_AS = 65534
+# The system's own directories: never a tree that commands write, whoever runs lmd.
+SYSTEM_PLACES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
+                 "/run", "/sbin", "/sys", "/usr", "/var/cache", "/var/lib", "/var/log",
+                 "/var/mail", "/var/spool")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -110,32 +113,9 @@ class Policy:
     cwd: str
     home: str
     hidden: tuple[str, ...] = ()  # paths replaced by something empty and read-only
-    writable: tuple[str, ...] = ()  # workspace-write: the working directory
+    writable: tuple[str, ...] = ()  # workspace-write: the tree its writes are staged over
     limits: Limits = field(default_factory=Limits)
-    found: tuple[str, ...] | None = None  # protected_inside as with_protected() found it
-
-    @property
-    def protected_inside(self) -> tuple[str, ...]:
-        """Inside a writable root, what other tools run on their own stays read-only: every
-        `.git` at any depth, the hooks path, build, task and package files (see
-        daemon/execution/protected.py). A sandboxed build must not plant a hook, a config
-        (core.fsmonitor) or a Makefile rule that a later, approved command would run.
-        What with_protected() found, or looked for now."""
-        return self.found if self.found is not None else self.find_protected()
-
-    def find_protected(self) -> tuple[str, ...]:
-        """protected_inside as the disk holds it now (a walk of the writable roots)."""
-        from daemon.execution.protected import protected_in
-
-        found: list[str] = []
-        for root in self.writable:
-            found += protected_in(root)
-        return tuple(found)
-
-    def with_protected(self) -> Policy:
-        """This policy with protected_inside looked for once, now (a walk of the workspace
-        reads the disk: a caller on the event loop runs this in a thread)."""
-        return dataclasses.replace(self, found=self.find_protected())
+    stage_root: str | None = None  # workspace-write: where its writes are staged (default: cache)
 
 
 def hidden_paths(home: str, lmd_home: str | None, extra: list[str] | tuple[str, ...] = ()) -> list:
@@ -167,8 +147,11 @@ def _inside(path: str, root: str) -> bool:
 
 
 def workspace_problem(path: str, home: str, lmd_home: str | None, hidden: list[str]) -> str | None:
-    """Why `path` may not be made writable, or None. A writable home would let a command plant
-    ~/.bashrc or ~/.config/autostart entries that run later outside any sandbox."""
+    """Why `path` may not be a tree that commands write (through staging), or None: the root,
+    a place holding the home or lmd's directory, a hidden place, the home's configuration
+    places (dot folders: ~/.config/git/config with core.fsmonitor runs on every git command),
+    the system's own directories; as root, a place the unprivileged user cannot enter; and
+    anywhere, when this machine cannot stage a command's writes."""
     real = os.path.realpath(path)
     if real == "/":
         return "the working directory is the root of the file system"
@@ -178,7 +161,31 @@ def workspace_problem(path: str, home: str, lmd_home: str | None, hidden: list[s
     for secret in hidden:
         if _inside(real, secret):
             return f"the working directory {path} is a hidden secret place"
+    place = config_place(real, home)
+    if place:
+        return f"the working directory {path} is in your home's configuration places ({place})"
+    for system in SYSTEM_PLACES:
+        if _inside(real, system):
+            return f"the working directory {path} is a system directory ({system})"
+    problem = root_problem(real, READ_ONLY)
+    if problem:
+        return problem
+    from .detection import detect  # detection builds on this module
+
+    found = detect()
+    if found.available and found.stage is None:
+        return f"this machine cannot stage a command's writes: {found.stage_problem}"
     return None
+
+
+def config_place(path: str, home: str) -> str | None:
+    """The home's configuration place (a dot folder or file right under it, or beneath one)
+    that `path` is in, as ~/NAME, or None."""
+    real, home = os.path.realpath(path), os.path.realpath(home)
+    if not home or home == "/" or not _inside(real, home) or real == home:
+        return None
+    first = Path(os.path.relpath(real, home)).parts[0]
+    return f"~/{first}" if first.startswith(".") else None
 
 
 def policy_from_settings(
@@ -209,24 +216,20 @@ def policy_from_settings(
     problem = root_problem(cwd, level)
     if problem:
         raise ValueError(problem)
-    return Policy(level, cwd, home, tuple(hidden), roots, limits)
+    stage_root = os.path.join(lmd_home, "staged") if lmd_home else None
+    return Policy(level, cwd, home, tuple(hidden), roots, limits, stage_root)
 
 
 def root_problem(cwd: str, level: str) -> str | None:
     """As root, sandboxed commands run as an unprivileged user: why they cannot work in `cwd`
-    (it cannot enter it, or a build could not write it), or None."""
+    (it cannot enter it), or None. Writing is not asked of it: a command's writes are staged,
+    over an idmapped view in which the tree's owner appears as that user."""
     if os.geteuid() != 0 or level not in (READ_ONLY, WORKSPACE_WRITE):
         return None
-    who = _user_name()
     if not _others_may(cwd, os.R_OK | os.X_OK):
         return (
-            f"lmd runs as root, and sandboxed commands run as the unprivileged user {who}, "
-            f"who may not enter {cwd}"
-        )
-    if level == WORKSPACE_WRITE and not _others_may(cwd, os.W_OK):
-        return (
-            f"lmd runs as root, and a sandboxed build runs as the unprivileged user {who}, "
-            f"who may not write {cwd}"
+            f"lmd runs as root, and sandboxed commands run as the unprivileged user "
+            f"{_user_name()}, who may not enter {cwd}"
         )
     return None
 

@@ -14,7 +14,8 @@ def _sb(path: str) -> str:
 
 def seatbelt_profile(policy: Policy, tmpdir: str) -> str:
     """A Seatbelt (SBPL) profile for `policy`: read everything but the hidden places, write
-    only the private temp dir (and the workspace at workspace-write, not its .git), no network.
+    only the private temp dir, no network. (Never a workspace: Seatbelt cannot stage a
+    command's writes, so on macOS a command that would write one asks first.)
     Later rules win over earlier ones."""
     lines = [
         "(version 1)",
@@ -34,10 +35,6 @@ def seatbelt_profile(policy: Policy, tmpdir: str) -> str:
         '(allow mach-lookup (global-name "com.apple.system.notification_center"))',
         f"(allow file-write* (subpath {_sb(os.path.realpath(tmpdir))}))",
     ]
-    for root in policy.writable:
-        lines.append(f"(allow file-write* (subpath {_sb(os.path.realpath(root))}))")
-    for inner in policy.protected_inside:
-        lines.append(f"(deny file-write* (subpath {_sb(os.path.realpath(inner))}))")
     for secret in policy.hidden:
         lines.append(f"(deny file-read* file-write* (subpath {_sb(os.path.realpath(secret))}))")
     lines.append("(deny network*)")

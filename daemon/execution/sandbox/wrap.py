@@ -9,14 +9,18 @@ from .bwrap import Prepared, prepare_bwrap
 from .detection import Availability, detect
 from .policy import Policy
 from .seatbelt import seatbelt_profile
+from .staging import Stage
 
 
-def prepare(policy: Policy, argv: list[str], found: Availability | None = None) -> Prepared:
-    """Wrap `argv` (e.g. ["bash", "-c", script]) in the sandbox for `policy`."""
+def prepare(
+    policy: Policy, argv: list[str], found: Availability | None = None, stage: Stage | None = None
+) -> Prepared:
+    """Wrap `argv` (e.g. ["bash", "-c", script]) in the sandbox for `policy`; a policy that
+    writes a tree needs its `stage` (staging.new_stage)."""
     found = found or detect()
     if found.kind == "bwrap":
-        return prepare_bwrap(policy, argv, found)
-    if found.kind == "seatbelt":
+        return prepare_bwrap(policy, argv, found, stage)
+    if found.kind == "seatbelt" and not policy.writable:  # Seatbelt cannot stage writes
         tmp = tempfile.mkdtemp(prefix="lmd-sandbox-")
         profile = seatbelt_profile(policy, tmp)
         return Prepared(
