@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from daemon.execution import sandbox as sandboxing
+from daemon.execution.sandbox import memory
 from daemon.execution.sandbox.staging import discard, new_stage
 from daemon.execution.writes import Settled, settle
 
@@ -201,6 +202,11 @@ async def run_command(
         if prepared is not None:
             prepared.close()  # nothing of the command survives it, even as root
     text, overflow, exit_code, timed_out = result
+    if prepared is not None and prepared.memory_ended:
+        text += (
+            f"\n[lmd ended it: together its processes held more than "
+            f"{sandbox.limits.memory_mb} MiB, the sandbox's memory limit]"
+        )
     settled = None
     if stage is not None and sandbox is not None:
         # the whole sandbox has ended (its pid namespace, hence its mounts): what it wrote is
@@ -213,7 +219,9 @@ async def run_command(
     output, truncated = cut(text, max_chars, overflow)
     level = sandbox.level if sandbox is not None else sandboxing.NONE
     blocked = None
-    if sandbox is not None and not timed_out:
+    if prepared is not None and prepared.memory_ended:
+        blocked = f"it hit the memory limit ({sandbox.limits.memory_mb} MiB for the whole command)"
+    elif sandbox is not None and not timed_out:
         blocked = sandboxing.blocked_reason(sandbox, command, text, exit_code)
     return CommandResult(
         command=command,
@@ -265,6 +273,10 @@ async def _run(
     )
     if prepared is not None:
         prepared.started()
+    watcher = None
+    if prepared is not None and prepared.watch_mb:
+        # no memory cgroup here: lmd bounds the whole command's memory by watching it
+        watcher = asyncio.create_task(memory.watch(proc, prepared.watch_mb, prepared.ended))
     cap = max_chars * _BYTES_PER_CHAR + _BYTES_PER_CHAR
     chunks: list[bytes] = []
     size = 0
@@ -301,6 +313,9 @@ async def _run(
         asyncio.get_running_loop().call_later(2.0, _kill_group, proc)
         reader.cancel()
         raise
+    finally:
+        if watcher is not None:
+            watcher.cancel()
     try:
         await asyncio.wait_for(asyncio.shield(reader), _GRACE_SECS)
     except TimeoutError:

@@ -42,20 +42,18 @@ def test_bwrap_args_read_only(tmp_path):
     assert "--disable-userns" not in a  # the filter refuses user namespaces
     assert "--disable-userns" in sandbox.bwrap_args(pol, {"--disable-userns"})
     assert a[:3] == ["--ro-bind", "/", "/"]  # first, so everything else covers it
-    assert a[a.index("--proc") + 1] == "/proc" and a[a.index("--dev") + 1] == "/dev"
-    # the kernel's interfaces in /proc read-only; /dev read-only but for a small /dev/shm
+    assert a[a.index("--proc") + 1] == "/proc"
+    # the kernel's interfaces in /proc read-only; /dev a small tmpfs of its own with the
+    # host's device nodes, read-only but for a small /dev/shm
     for part in ("/proc/sys",):
         i = a.index(part)
         assert a[i - 1 : i + 2] == ["--ro-bind", part, part]
+    assert a[3:7] == ["--size", str(64 << 10), "--tmpfs", "/dev"] and "--dev" not in a
+    i = a.index("/dev/null")
+    assert a[i - 1 : i + 2] == ["--dev-bind", "/dev/null", "/dev/null"]
     i = a.index("/dev/shm")
-    assert a[i - 3 : i + 3] == [
-        "--size",
-        str(64 << 20),
-        "--tmpfs",
-        "/dev/shm",
-        "--remount-ro",
-        "/dev",
-    ]
+    assert a[i - 3 : i + 3] == ["--size", str(64 << 20), "--tmpfs", "/dev/shm", "--remount-ro",
+                                "/dev"]  # fmt: skip
     i = a.index("/tmp")
     assert a[i - 3 : i + 1] == ["--size", str(1024 * 1024 * 1024), "--tmpfs", "/tmp"]
     flags = "--unshare-user --unshare-pid --unshare-net --unshare-ipc --unshare-uts"
@@ -88,6 +86,7 @@ def test_bwrap_args_read_only(tmp_path):
     assert a[k - 1] == "--ro-bind" and k > a.index("/tmp")
     old = sandbox.bwrap_args(pol)  # a bwrap before 0.8: no size cap, so no /dev/shm
     assert "--size" not in old and "/dev/shm" not in old and "--remount-ro" in old
+    assert old[old.index("--dev") + 1] == "/dev"  # bwrap's own /dev then
 
 
 def test_hidden_paths_cover_secret_places_and_both_ends_of_a_symlink(tmp_path, monkeypatch):
@@ -146,7 +145,7 @@ def test_detection_when_bwrap_cannot_build_namespaces(tmp_path, monkeypatch):
 
 def test_detection_says_what_is_not_bounded_here(monkeypatch):
     """A bwrap that cannot cap a tmpfs, and no memory cgroup (an ordinary user without a
-    delegated cgroup): the sandbox runs, and says what it cannot bound."""
+    delegated cgroup): the sandbox runs, says what it cannot bound, and how memory is."""
     where = Path(tempfile.mkdtemp(prefix="lmd-old-bwrap-"))
     where.chmod(0o755)  # as root the probe runs it as nobody
     fake = where / "bwrap"
@@ -164,10 +163,9 @@ def test_detection_says_what_is_not_bounded_here(monkeypatch):
         monkeypatch.undo()
         sandbox.detect(refresh=True)
         shutil.rmtree(where)
-    assert found.available and "memory per process" in found.reason
+    assert found.available and "memory the whole command's, watched by lmd" in found.reason
     said = found.sentence()
-    assert "No memory cgroup can be made here" in said and "Delegate=yes" in said
-    assert "cannot cap the size of a tmpfs" in said and "the machine's memory" in said
+    assert "cannot cap the size of a tmpfs" in said and "the command's memory limit" in said
 
 
 @pytest.mark.bwrap
@@ -276,6 +274,28 @@ def test_read_only_no_network_private_tmp_fresh_proc(tmp_path):
     assert "Connection refused" in out or "Network is unreachable" in out
     assert not (tmp_path / "new").exists() and not Path("/tmp/private").exists()
     assert r.blocked == "the file system is read-only there"
+
+
+@pytest.mark.bwrap
+def test_dev_is_small_read_only_and_has_what_programs_need(tmp_path):
+    """/dev was a 12 GiB tmpfs (bwrap's --dev cannot be capped): now 64 KiB of its own, its
+    device nodes and links, read-only, and a /dev/shm of 64 MiB."""
+    if "--size" not in sandbox.detect().features:
+        pytest.skip("this bwrap cannot cap a tmpfs (before 0.8)")
+    r = run(
+        "df -k --output=size,target /dev /dev/shm | tail -n 2; ls /dev | tr '\\n' ' '; echo; "
+        "echo hi > /dev/null && echo null=ok; head -c 3 /dev/urandom | wc -c; "
+        "readlink /dev/fd; touch /dev/planted; echo dev=$?",
+        tmp_path,
+        policy(tmp_path),
+    )
+    lines = r.output.splitlines()
+    sizes = {line.split()[1]: int(line.split()[0]) for line in lines[:2]}
+    assert sizes == {"/dev": 64, "/dev/shm": 64 * 1024}, r.output
+    assert set(lines[2].split()) == {"null", "zero", "full", "random", "urandom", "tty", "fd",
+                                     "stdin", "stdout", "stderr", "shm"}  # fmt: skip
+    assert "null=ok" in r.output and "\n3\n/proc/self/fd\n" in r.output
+    assert "dev=1" in r.output and not Path("/dev/planted").exists()
 
 
 @pytest.mark.bwrap
@@ -423,6 +443,79 @@ def test_process_limit_is_per_sandbox_for_an_ordinary_user(request):
         pytest.skip(f"the second user cannot reach {work}: {done.stderr.strip()[-200:]}")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["6 ran", "30 refused"]
+
+
+MEMORY_SCRIPT = """
+import asyncio, os, sys
+sys.path.insert(0, os.environ["SANDBOX_DIR"])
+from daemon.execution import sandbox
+from daemon.execution.runner import run_command
+found = sandbox.detect()
+assert found.kind == "bwrap" and found.memory_cgroup is None, found
+cwd = os.environ["WORK"]
+pol = sandbox.Policy("read-only", cwd, cwd, limits=sandbox.Limits(memory_mb=200))
+cmd = "tail /dev/zero | tail /dev/zero | tail /dev/zero | tail /dev/zero; echo end=$?"
+r = asyncio.run(run_command(cmd, cwd, 60, 4000, sandbox=pol))
+print(repr((r.timed_out, r.blocked, r.output[-300:])))
+"""
+
+
+@pytest.mark.bwrap
+def test_an_ordinary_users_command_is_bounded_as_a_whole_without_a_cgroup(request):
+    """The attack: a four-process pipeline took 8 GiB (each process under its own limit). An
+    ordinary user gets no memory cgroup here; lmd watches the whole command and ends it."""
+    import threading
+    import time
+
+    user = _second_user()
+    if user is None:
+        pytest.skip("needs root, setpriv, /usr/bin/python3 and useradd to make a second user")
+    work = Path(tempfile.mkdtemp(prefix="lmd-second-user-"))  # pytest's tmp is 0700
+    request.addfinalizer(lambda: shutil.rmtree(work, ignore_errors=True))
+    daemon_dir = Path(sandbox.__file__).resolve().parents[2]
+    shutil.copytree(daemon_dir, work / "daemon", ignore=shutil.ignore_patterns("__pycache__"))
+    for p in [work, *work.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() or p.name.startswith("lmd-") else 0o644)
+    uid = int(subprocess.run(["id", "-u", user], capture_output=True, text=True).stdout)
+    peak = {"bytes": 0}
+    done = threading.Event()
+
+    def sample() -> None:  # the user's tail processes, summed (an independent measure)
+        while not done.is_set():
+            total = 0
+            for entry in Path("/proc").iterdir():
+                try:
+                    if entry.name.isdigit() and entry.stat().st_uid == uid:
+                        status = (entry / "status").read_text()
+                        if "Name:\ttail" in status:
+                            total += int(status.split("VmRSS:")[1].split()[0]) * 1024
+                except (OSError, IndexError, ValueError):
+                    continue
+            peak["bytes"] = max(peak["bytes"], total)
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        ran = subprocess.run(
+            ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups",
+             "/usr/bin/python3", "-c", MEMORY_SCRIPT],  # fmt: skip
+            capture_output=True,
+            text=True,
+            cwd="/",
+            env={"PATH": os.environ["PATH"], "SANDBOX_DIR": str(work), "WORK": str(work)},
+            timeout=120,
+        )
+    finally:
+        done.set()
+        sampler.join()
+    assert ran.returncode == 0, ran.stderr
+    timed_out, blocked, output = eval(ran.stdout)  # our own repr
+    assert not timed_out and blocked == "it hit the memory limit (200 MiB for the whole command)"
+    assert "together its processes held more than 200 MiB" in output
+    # four tails would reach 4 x 200 MiB; the watch ends them near 200 MiB (it looks every
+    # 50 ms: what they allocate meanwhile passes)
+    assert 100 * 2**20 < peak["bytes"] < 400 * 2**20, peak
 
 
 @pytest.mark.bwrap

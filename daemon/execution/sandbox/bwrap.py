@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 # (Docker's list; the unprivileged uid cannot write them anyway, this is the second line).
 READ_ONLY_PROC = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
 SHM_MB = 64  # /dev/shm, the one writable place under /dev
+DEV_KB = 64  # /dev itself: device nodes and links only, read-only once built
+DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+             ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"))  # fmt: skip
 
 
 @dataclass
@@ -36,6 +40,12 @@ class Prepared:
     cgroup: PidsGroup | None = None
     _fds: list[int] = field(default_factory=list)
     memory: MemoryGroup | None = None
+    watch_mb: int = 0  # no memory cgroup: the runner watches the whole command's memory
+    memory_ended: bool = False  # the watch ended the command
+
+    def ended(self) -> None:
+        """The memory watch ended the command."""
+        self.memory_ended = True
 
     def started(self) -> None:
         """The child has the fds now: close the parent's copies."""
@@ -66,16 +76,25 @@ def bwrap_args(
     `empty_fd` gives a new descriptor that reads as an empty file, one per hidden file (bwrap
     reads and closes each; a shared one failed every command once two files were hidden).
     `unprivileged`: bwrap runs as ROOT_RUNS_AS (lmd is root), and sees only what others may."""
-    a = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    a = ["--ro-bind", "/", "/"]
+    # /dev: a small tmpfs of its own (bwrap's --dev cannot be capped: a 12 GiB tmpfs here)
+    # holding the host's null, zero, full, random, urandom and tty and the fd links, and a
+    # /dev/shm of SHM_MB, then read-only; a bwrap before 0.8 cannot cap a tmpfs: its own
+    # minimal /dev then, read-only, and no /dev/shm
+    if "--size" in features:
+        a += ["--size", str(DEV_KB * 1024), "--tmpfs", "/dev"]
+        for node in DEV_NODES:
+            if os.path.exists(f"/dev/{node}"):
+                a += ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]
+        for name, target in DEV_LINKS:
+            a += ["--symlink", target, f"/dev/{name}"]
+        a += ["--size", str(SHM_MB * 1024 * 1024), "--tmpfs", "/dev/shm"]
+    else:
+        a += ["--dev", "/dev"]
+    a += ["--remount-ro", "/dev", "--proc", "/proc"]
     for part in READ_ONLY_PROC:
         if os.path.exists(part):
             a += ["--ro-bind", part, part]
-    # /dev: bwrap's minimal one (null, zero, full, random, urandom, tty, pts, fd links),
-    # read-only but for a small /dev/shm; no tmpfs without a size cap (a bwrap before 0.8
-    # cannot cap one: then there is no /dev/shm)
-    if "--size" in features:
-        a += ["--size", str(SHM_MB * 1024 * 1024), "--tmpfs", "/dev/shm"]
-    a += ["--remount-ro", "/dev"]
     if "--size" in features:
         a += ["--size", str(max(64, policy.limits.file_size_mb) * 1024 * 1024)]
     a += ["--tmpfs", "/tmp"]
@@ -187,4 +206,5 @@ def prepare_bwrap(
         script = 'for f in "$@"; do [ "$f" = -- ] && break; echo $$ > "$f"; done; '
         script += 'while [ "$1" != -- ]; do shift; done; shift; exec "$@"'
         wrapped = ["/bin/sh", "-c", script, "sh", *joins, "--", *wrapped]
-    return Prepared(wrapped, tuple(fds), {"TMPDIR": "/tmp"}, cgroup, fds, memory)
+    watch = 0 if memory is not None else policy.limits.memory_mb
+    return Prepared(wrapped, tuple(fds), {"TMPDIR": "/tmp"}, cgroup, fds, memory, watch)

@@ -168,21 +168,19 @@ def _detect_bwrap() -> Availability:
             "enforced (the kernel ignores it for root); run lmd as an ordinary user."
         )
     if "--size" not in features:
-        bound = "the command's memory cgroup" if found.memory_cgroup else "the machine's memory"
         warnings.append(
             "This bwrap cannot cap the size of a tmpfs (--size came with bubblewrap 0.8), so the "
-            f"sandbox's private /tmp is bounded only by {bound}, and it gets no /dev/shm; "
-            "install a newer bubblewrap."
-        )
-    if found.memory_cgroup is None:
-        warnings.append(
-            "No memory cgroup can be made here, so memory is limited per process, not per "
-            "command (a pipeline of several memory-hungry processes can use more); run lmd "
-            "as root or in a session with a delegated cgroup (systemd-run --user --scope -p "
-            "Delegate=yes) for a limit on the whole command."
+            "sandbox's private /tmp is bounded only by the command's memory limit, its /dev is "
+            "bubblewrap's own (uncapped, read-only), and it gets no /dev/shm; install a newer "
+            "bubblewrap."
         )
     how = "a pids cgroup" if found.pids_cgroup else "a per-sandbox rlimit"
-    memory = "a memory cgroup for the whole command" if found.memory_cgroup else "per process"
+    memory = (
+        "a memory cgroup for the whole command"
+        if found.memory_cgroup
+        # no cgroup can be made here (an ordinary user without a delegated one)
+        else "the whole command's, watched by lmd 20 times a second"
+    )
     reason = (
         f"Commands that run without asking run in a bubblewrap sandbox ({binary}; processes "
         f"limited by {how}, memory {memory})."
