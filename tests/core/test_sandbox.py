@@ -498,8 +498,15 @@ def test_an_ordinary_users_command_is_bounded_as_a_whole_without_a_cgroup(reques
     sampler.start()
     try:
         ran = subprocess.run(
-            ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups",
-             "/usr/bin/python3", "-c", MEMORY_SCRIPT],  # fmt: skip
+            [
+                "setpriv",
+                f"--reuid={user}",
+                f"--regid={user}",
+                "--clear-groups",
+                "/usr/bin/python3",
+                "-c",
+                MEMORY_SCRIPT,
+            ],  # fmt: skip
             capture_output=True,
             text=True,
             cwd="/",

@@ -35,6 +35,7 @@ from .policy import (
     hidden_paths,
     policy_from_settings,
     root_problem,
+    rule_problem,
     workspace_problem,
 )
 from .seatbelt import seatbelt_profile
@@ -73,6 +74,7 @@ __all__ = [
     "policy_from_settings",
     "prepare",
     "root_problem",
+    "rule_problem",
     "seatbelt_profile",
     "seccomp_program",
     "sweep_cgroups",

@@ -178,6 +178,36 @@ def workspace_problem(path: str, home: str, lmd_home: str | None, hidden: list[s
     return None
 
 
+def rule_problem(directory: str | None, level: str, home: str, lmd_home: str | None) -> str | None:
+    """Why an allow rule at sandbox `level` for `directory` (None: everywhere) would not run
+    its commands at once, as a sentence for when the rule is made (never later, when its
+    command comes): as root a place the unprivileged user cannot enter, a tree its commands
+    may not write, no staging on this machine; None when it will work."""
+    if level not in (READ_ONLY, WORKSPACE_WRITE):
+        return None
+    entering = root_problem(directory, READ_ONLY) if directory is not None else None
+    problem = entering
+    if level == WORKSPACE_WRITE and directory is not None:
+        problem = workspace_problem(directory, home, lmd_home, hidden_paths(home, lmd_home))
+    elif level == WORKSPACE_WRITE:
+        from .detection import detect  # detection builds on this module
+
+        found = detect()
+        if found.available and found.stage is None:
+            problem = f"this machine cannot stage a command's writes: {found.stage_problem}"
+    if problem is None:
+        return None
+    if problem == entering:
+        return (
+            f"I make no rule for commands there: {problem}; a project that others may enter "
+            "(not under /root) can have one."
+        )
+    return (
+        f"I make no rule that lets commands write there: {problem}. Make it in a project "
+        "directory, or ask for the read-only sandbox."
+    )
+
+
 def config_place(path: str, home: str) -> str | None:
     """The home's configuration place (a dot folder or file right under it, or beneath one)
     that `path` is in, as ~/NAME, or None."""
