@@ -89,8 +89,9 @@ _PROTECTED_NAME = re.compile("|".join(fnmatch.translate(p) for p in PROTECTED_NA
 
 
 def protected_in(root: str, limit: int = 20000) -> list[str]:
-    """Existing protected files and directories under `root` (absolute paths): what a
-    sandboxed build must find read-only. Stops looking after `limit` entries."""
+    """Existing protected files and directories under `root` (absolute paths): the build
+    files a yes to a build covers (cobol). Stops looking after `limit` entries. (What a
+    sandboxed command writes is judged by daemon/execution/writes.py, all of it, no walk.)"""
     found: list[str] = []
     hooks = hooks_path(root)
     if hooks:
