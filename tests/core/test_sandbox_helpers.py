@@ -177,3 +177,39 @@ def test_setup_builds_the_helpers_into_the_package_at_install_time(tmp_path):
         helper = built / f"lmd-{kind}-{tag}"
         assert helper.is_file() and os.access(helper, os.X_OK), sorted(os.listdir(built))
         assert helpers.check(helper, tag) == ""
+
+
+def test_without_a_stager_no_command_writes_and_rules_say_so_when_made(tmp_path, monkeypatch):
+    """No stager (no compiler, none built at install time): the sandbox still runs read-only
+    commands, says that writes cannot be staged, and a workspace-write rule is refused when
+    it is made (never a promise lmd cannot keep when the command comes)."""
+    from daemon.execution import sandbox
+    from daemon.execution.sandbox import detection
+
+    if sandbox.detect().kind != "bwrap":
+        pytest.skip(sandbox.detect().sentence())
+    real = detection.find_helper
+    missing = "no C compiler (cc) to build lmd's write stager, and none was built at install time"
+    monkeypatch.setattr(
+        detection,
+        "find_helper",
+        lambda kind, **kw: (None, missing) if kind == "stage" else real(kind, **kw),
+    )
+    try:
+        found = sandbox.detect(refresh=True)
+        assert found.available and found.stage is None and found.stage_problem == missing
+        assert "cannot be staged here, so no command writes anything without your yes" in (
+            found.sentence()
+        )
+        tmp_path.chmod(0o755)
+        problem = sandbox.rule_problem(str(tmp_path), "workspace-write", "/nonexistent-home", None)
+        assert problem == (
+            f"I make no rule that lets commands write there: this machine cannot stage a "
+            f"command's writes: {missing}. Make it in a project directory, or ask for the "
+            "read-only sandbox."
+        )
+        assert sandbox.rule_problem(None, "workspace-write", "/nonexistent-home", None)
+        assert sandbox.rule_problem(str(tmp_path), "read-only", "/nonexistent-home", None) is None
+    finally:
+        monkeypatch.undo()
+        sandbox.detect(refresh=True)
