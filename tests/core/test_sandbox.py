@@ -388,6 +388,39 @@ def _second_user() -> str | None:
     return name
 
 
+def as_second_user(request, script: str, timeout: float) -> subprocess.CompletedProcess:
+    """Run `script` with the system Python as a second Unix user, over a copy of lmd's core
+    that user can read (the venv lives under /root); SANDBOX_DIR and WORK name the copy."""
+    user = _second_user()
+    if user is None:
+        pytest.skip("needs root, setpriv, /usr/bin/python3 and useradd to make a second user")
+    work = Path(tempfile.mkdtemp(prefix="lmd-second-user-"))  # pytest's tmp is 0700
+    request.addfinalizer(lambda: shutil.rmtree(work, ignore_errors=True))
+    daemon_dir = Path(sandbox.__file__).resolve().parents[2]
+    shutil.copytree(daemon_dir, work / "daemon", ignore=shutil.ignore_patterns("__pycache__"))
+    for p in [work, *work.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() or p.name.startswith("lmd-") else 0o644)
+    done = subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={user}",
+            f"--regid={user}",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            script,
+        ],  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env={"PATH": os.environ["PATH"], "SANDBOX_DIR": str(work), "WORK": str(work)},
+        timeout=timeout,
+    )
+    if "Permission denied" in done.stderr:
+        pytest.skip(f"the second user cannot reach {work}: {done.stderr.strip()[-200:]}")
+    return done
+
+
 SECOND_USER_SCRIPT = """
 import os, subprocess, sys
 sys.path.insert(0, os.environ["SANDBOX_DIR"])
@@ -413,34 +446,7 @@ for s in outside:
 def test_process_limit_is_per_sandbox_for_an_ordinary_user(request):
     """The kernel ignores RLIMIT_NPROC for root (hence the pids cgroup); for an ordinary user
     it counts per user namespace: the sandbox's own processes, not the user's 20 others."""
-    user = _second_user()
-    if user is None:
-        pytest.skip("needs root, setpriv, /usr/bin/python3 and useradd to make a second user")
-    work = Path(tempfile.mkdtemp(prefix="lmd-second-user-"))  # pytest's tmp is 0700
-    request.addfinalizer(lambda: shutil.rmtree(work, ignore_errors=True))
-    # lmd's core as plain files the second user can read (the venv lives under /root)
-    daemon_dir = Path(sandbox.__file__).resolve().parents[2]
-    shutil.copytree(daemon_dir, work / "daemon", ignore=shutil.ignore_patterns("__pycache__"))
-    for p in [work, *work.rglob("*")]:
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    done = subprocess.run(
-        [
-            "setpriv",
-            f"--reuid={user}",
-            f"--regid={user}",
-            "--clear-groups",
-            "/usr/bin/python3",
-            "-c",
-            SECOND_USER_SCRIPT,
-        ],  # fmt: skip
-        capture_output=True,
-        text=True,
-        cwd="/",
-        env={"PATH": os.environ["PATH"], "SANDBOX_DIR": str(work), "WORK": str(work)},
-        timeout=60,
-    )
-    if "Permission denied" in done.stderr:
-        pytest.skip(f"the second user cannot reach {work}: {done.stderr.strip()[-200:]}")
+    done = as_second_user(request, SECOND_USER_SCRIPT, 60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["6 ran", "30 refused"]
 
@@ -470,12 +476,6 @@ def test_an_ordinary_users_command_is_bounded_as_a_whole_without_a_cgroup(reques
     user = _second_user()
     if user is None:
         pytest.skip("needs root, setpriv, /usr/bin/python3 and useradd to make a second user")
-    work = Path(tempfile.mkdtemp(prefix="lmd-second-user-"))  # pytest's tmp is 0700
-    request.addfinalizer(lambda: shutil.rmtree(work, ignore_errors=True))
-    daemon_dir = Path(sandbox.__file__).resolve().parents[2]
-    shutil.copytree(daemon_dir, work / "daemon", ignore=shutil.ignore_patterns("__pycache__"))
-    for p in [work, *work.rglob("*")]:
-        p.chmod(0o755 if p.is_dir() or p.name.startswith("lmd-") else 0o644)
     uid = int(subprocess.run(["id", "-u", user], capture_output=True, text=True).stdout)
     peak = {"bytes": 0}
     done = threading.Event()
@@ -497,22 +497,7 @@ def test_an_ordinary_users_command_is_bounded_as_a_whole_without_a_cgroup(reques
     sampler = threading.Thread(target=sample)
     sampler.start()
     try:
-        ran = subprocess.run(
-            [
-                "setpriv",
-                f"--reuid={user}",
-                f"--regid={user}",
-                "--clear-groups",
-                "/usr/bin/python3",
-                "-c",
-                MEMORY_SCRIPT,
-            ],  # fmt: skip
-            capture_output=True,
-            text=True,
-            cwd="/",
-            env={"PATH": os.environ["PATH"], "SANDBOX_DIR": str(work), "WORK": str(work)},
-            timeout=120,
-        )
+        ran = as_second_user(request, MEMORY_SCRIPT, 120)
     finally:
         done.set()
         sampler.join()
