@@ -24,6 +24,14 @@ class Blocked(Exception):
     """A step that cannot be taken; its message is a sentence's end (why)."""
 
 
+def existing(fd: int, name: str) -> os.stat_result | None:
+    """What is at `name` in the folder `fd` (a link itself, never its target), or None."""
+    try:
+        return os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
 def signature(st: os.stat_result) -> list[int]:
     """What a path held when lmd left it: a folder by its inode, anything else by inode, size,
     change time and mode (a later edit, even of the same size, changes it)."""
@@ -94,11 +102,12 @@ class Applier:
             shutil.copy2(here, dest, follow_symlinks=False)
             os.unlink(name, dir_fd=fd)
 
-    def _owned(self, path: str, existing: os.stat_result | None, mode: int) -> None:
-        """Give the staged file at `path` its mode, and as root its owner, before it moves."""
+    def _owned(self, path: str, there: os.stat_result | None, mode: int) -> None:
+        """Give the staged file at `path` its mode, and as root its owner (the one it replaces,
+        else the tree's), before it moves."""
         os.chmod(path, mode)
         if os.geteuid() == 0:
-            uid, gid = (existing.st_uid, existing.st_gid) if existing else self.owner
+            uid, gid = (there.st_uid, there.st_gid) if there else self.owner
             os.chown(path, uid, gid, follow_symlinks=False)
 
     def _record(self, rel: str, kind: str, moved: bool, fd: int, name: str | None) -> None:
@@ -111,9 +120,7 @@ class Applier:
     def delete(self, rel: str) -> None:
         fd, name = self._parent(rel)
         try:
-            try:
-                os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
+            if existing(fd, name) is None:
                 return  # gone already
             self._aside(fd, name, rel)
             self._record(rel, "delete", True, fd, None)
@@ -125,13 +132,11 @@ class Applier:
     def mkdir(self, rel: str, mode: int) -> None:
         fd, name = self._parent(rel)
         try:
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode):
-                    return  # there already (a merged folder)
+            st = existing(fd, name)
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                return  # there already (a merged folder)
+            if st is not None:
                 raise Blocked("something else is there now")
-            except FileNotFoundError:
-                pass
             os.mkdir(name, mode & 0o755, dir_fd=fd)
             if os.geteuid() == 0:
                 os.chown(name, *self.owner, dir_fd=fd, follow_symlinks=False)
@@ -147,14 +152,11 @@ class Applier:
         source = os.path.join(self.upper, rel)
         fd, name = self._parent(rel)
         try:
-            try:
-                existing = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                existing = None
-            if existing is not None and stat.S_ISDIR(existing.st_mode):
+            there = existing(fd, name)
+            if there is not None and stat.S_ISDIR(there.st_mode):
                 raise Blocked("a folder is there now")
-            self._owned(source, existing, mode)
-            if existing is not None:
+            self._owned(source, there, mode)
+            if there is not None:
                 self._aside(fd, name, rel)
             try:
                 os.rename(source, name, dst_dir_fd=fd)
@@ -162,7 +164,7 @@ class Applier:
                 if e.errno != errno.EXDEV:
                     raise
                 self._copy_in(source, fd, name)
-            self._record(rel, "file", existing is not None, fd, name)
+            self._record(rel, "file", there is not None, fd, name)
         except OSError as e:
             raise Blocked(f"it could not be written ({e.strerror})") from e
         finally:
@@ -173,16 +175,13 @@ class Applier:
         target = os.readlink(os.path.join(self.upper, rel))
         fd, name = self._parent(rel)
         try:
-            try:
-                existing = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                existing = None
-            if existing is not None:
-                if stat.S_ISDIR(existing.st_mode):
-                    raise Blocked("a folder is there now")
+            there = existing(fd, name)
+            if there is not None and stat.S_ISDIR(there.st_mode):
+                raise Blocked("a folder is there now")
+            if there is not None:
                 self._aside(fd, name, rel)
             os.symlink(target, name, dir_fd=fd)
-            self._record(rel, "link", existing is not None, fd, name)
+            self._record(rel, "link", there is not None, fd, name)
         except OSError as e:
             raise Blocked(f"the link could not be made ({e.strerror})") from e
         finally:
@@ -244,10 +243,7 @@ def undo(stage_dir: str) -> tuple[list[str], list[str]]:
             left.append(f"{rel}: {e}")
             continue
         try:
-            try:
-                now = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                now = None
+            now = existing(fd, name)
             if step["after"] is not None:
                 if now is None or signature(now) != step["after"]:
                     left.append(f"{rel} changed since")
