@@ -97,7 +97,7 @@ def _detect_bwrap() -> Availability:
         return Availability(NONE, f"{where}.", APT_HINT)
     try:
         helptext = subprocess.run(
-            [binary, "--help"], capture_output=True, text=True, timeout=5
+            [binary, "--help"], capture_output=True, text=True, timeout=30
         ).stdout
     except (OSError, subprocess.SubprocessError) as e:
         return Availability(NONE, f"{binary} does not run ({e}).", APT_HINT)
@@ -260,7 +260,9 @@ def _run_probe(
             cwd=policy.cwd,
             capture_output=True,
             text=True,
-            timeout=10,
+            # a probe that merely waits for a busy machine (load 20 on 2 cores) must not
+            # make the sandbox, or staging, look unavailable for the daemon's whole life
+            timeout=60,
             pass_fds=prepared.pass_fds,
             env=command_env(policy.cwd),
             start_new_session=True,

@@ -90,7 +90,7 @@ def check(path: Path, tag: str, for_others: bool = False) -> str:
     if for_others and not _others_may(str(path), os.X_OK):
         return f"the unprivileged user {_user_name()} may not run {path}"
     try:
-        said = subprocess.run([str(path), "--source"], capture_output=True, text=True, timeout=5)
+        said = subprocess.run([str(path), "--source"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError) as e:
         return f"{path} does not run ({e})"
     if said.stdout.strip() != tag:

@@ -23,7 +23,7 @@ def landlock_helper(unprivileged: bool = False) -> tuple[str | None, str]:
     if helper is None:
         return None, problem
     try:
-        abi = subprocess.run([helper, "--abi"], capture_output=True, text=True, timeout=5)
+        abi = subprocess.run([helper, "--abi"], capture_output=True, text=True, timeout=30)
         version = int(abi.stdout.strip() or 0)
     except (OSError, ValueError, subprocess.SubprocessError) as e:
         return None, f"lmd's Landlock applier does not run ({e})"

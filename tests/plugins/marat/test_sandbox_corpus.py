@@ -723,7 +723,7 @@ def check_workspace_write(w: World, d: LiveDaemon, done: dict) -> None:
     """Every command ran at once at workspace-write; the workspace's plain files were
     writable, its protected ones were not; the build ran there and planted nothing."""
     replies = done["replies"]
-    assert not any(asked(r) for r in replies)
+    assert not any(asked(r) for r in replies), [r["reply"] for r in replies if asked(r)]
     assert {c["sandbox"] for r in replies for c in r["commands"]} == {"workspace-write"}
     assert "lmd sandbox: sandbox_level read-only" in d.output()  # as started; then set
     by_command = {c: r for (_, c), r in zip(done["corpus"], replies, strict=True)}
