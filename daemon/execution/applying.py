@@ -32,6 +32,22 @@ def existing(fd: int, name: str) -> os.stat_result | None:
         return None
 
 
+def open_tree(tree: str) -> int:
+    """A descriptor of the tree, walked from / without following any link: the tree's path
+    was resolved when its command started, so a folder on the way swapped for a link since
+    (by whoever owns it) makes this fail instead of leading elsewhere (to /etc, as root)."""
+    fd = os.open("/", _DIR)
+    try:
+        for part in tree.strip("/").split("/") if tree.strip("/") else []:
+            inner = os.open(part, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
 def signature(st: os.stat_result) -> list[int]:
     """What a path held when lmd left it: a folder by its inode, anything else by inode, size,
     change time and mode (a later edit, even of the same size, changes it)."""
@@ -62,7 +78,11 @@ class Applier:
         cached = getattr(self, "_cached", None)
         if cached is not None and cached[0] == folder:
             return os.dup(cached[1]), name
-        fd = os.open(self.tree, _DIR)
+        try:
+            fd = open_tree(self.tree)
+        except OSError as e:
+            why = f"the tree cannot be opened without following a link ({e.strerror})"
+            raise Blocked(why) from e
         try:
             for part in folder.split("/") if folder else []:
                 inner = os.open(part, _DIR, dir_fd=fd)

@@ -17,7 +17,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from daemon.execution.applying import Applier, Blocked, read_record, undo
+from daemon.execution.applying import Applier, Blocked, open_tree, read_record, undo
 from daemon.execution.protected import (
     PROTECTED_DIRS,
     VENV_MARK,
@@ -173,7 +173,7 @@ def _opaque(path: str) -> bool:
 def _open_real(tree: str, rel: str) -> int | None:
     """A descriptor of the tree's folder `rel`, no link followed; None where it is none."""
     try:
-        fd = os.open(tree, _DIR)
+        fd = open_tree(tree)
     except OSError:
         return None
     for part in rel.split("/") if rel else []:

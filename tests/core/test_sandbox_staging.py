@@ -231,6 +231,30 @@ def test_applying_never_follows_a_link_swapped_in_meanwhile(tree: Path, monkeypa
     assert "could not apply" in r.output
 
 
+def test_applying_never_follows_a_parent_of_the_tree_swapped_for_a_link(tmp_path, monkeypatch):
+    """Whoever owns a folder above the tree swaps it for a link, so that the tree's path leads
+    to another folder of the same name (as root: /etc): nothing is applied anywhere."""
+    if not sandbox.detect().stage:
+        pytest.skip(sandbox.detect().sentence())
+    tmp_path.chmod(0o755)
+    parent = tmp_path / "parent"
+    tree = parent / "proj"
+    tree.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere" / "proj"
+    elsewhere.mkdir(parents=True)
+    real = writes.judge
+
+    def judge_then_swap(changes, tree_path, home):
+        real(changes, tree_path, home)
+        parent.rename(tmp_path / "moved")
+        parent.symlink_to(tmp_path / "elsewhere")
+
+    monkeypatch.setattr(writes, "judge", judge_then_swap)
+    r = run("echo planted > new.txt", tree, staged(tree, stage_root=tmp_path / "staged"))
+    assert r.staged.applied == [] and "without following a link" in r.staged.failed[0]
+    assert os.listdir(elsewhere) == [] and os.listdir(tmp_path / "moved" / "proj") == []
+
+
 def test_the_stage_is_read_and_applied_off_the_event_loop(tree: Path, monkeypatch):
     where: list[bool] = []
     real = writes.settle
