@@ -15,10 +15,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# _online.c: the editable install compiles it in place, so a change needs a reinstall. The
-# mcp extra too: docs/mcp.md promises `make run` brings the MCP SDK (marat's MCP tools,
-# `lmd mcp serve`).
-$(STAMP): $(BIN)/python pyproject.toml plugins/elo/_online.c
+# The C parts (setup.py): the editable install compiles them in place, so a change needs a
+# reinstall. The mcp extra too: docs/mcp.md promises `make run` brings the MCP SDK (marat's
+# MCP tools, `lmd mcp serve`).
+$(STAMP): $(BIN)/python pyproject.toml setup.py plugins/elo/_online.c $(wildcard daemon/execution/sandbox/*.c)
 	$(BIN)/pip install -q -e '.[mcp]'
 	touch $(STAMP)
 

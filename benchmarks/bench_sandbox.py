@@ -10,7 +10,12 @@ alike. Measured three ways:
    the pids cgroup; also measured without it: an ordinary user needs none) with the limits line;
 2. through the runner: `daemon.execution.runner.run_command("true", ...)` without and with a policy
    (adds the allowlisted environment, redaction and the blocked check);
-3. marat's `execute` (adds the cwd pipe) without and with a policy.
+3. marat's `execute` (adds the cwd pipe) without and with a policy;
+4. staged writes: a command that writes a tree, with its writes staged (lmd-stage's overlay,
+   then reading the stage, judging and applying every write: daemon/execution/writes.py)
+   against the same sandbox binding the tree writable directly (unstaged, as before staging),
+   for one write and for 1,000 and 10,000 new files per command (Landlock off in both, so
+   only staging differs).
 
 Prints the medians, the added milliseconds and the ratio, and the CPU time the processes used
 (wall time on a busy shared machine mostly measures waiting). Target: under 15 ms added
@@ -36,6 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 from daemon.execution import sandbox  # noqa: E402
 from daemon.execution.runner import run_command  # noqa: E402
+from daemon.execution.sandbox.staging import new_stage  # noqa: E402
+from daemon.execution.writes import settle  # noqa: E402
 from plugins.marat.execute import execute  # noqa: E402
 
 
@@ -87,10 +94,65 @@ async def through(runs: int, cwd: str, pol: sandbox.Policy, fn) -> tuple[list[fl
     return plain, boxed
 
 
-def report(name: str, plain: list[float], boxed: list[float]) -> float:
+def unstaged_argv(tree: str, found: sandbox.Availability, script: str) -> sandbox.Prepared:
+    """The sandbox with `tree` bound writable directly (what workspace-write did before its
+    writes were staged): the read-only sandbox's argv with one more bind."""
+    pol = sandbox.Policy("read-only", tree, tree, limits=sandbox.Limits())
+    p = sandbox.prepare(pol, ["bash", "-c", sandbox.wrap_script(pol, script)], found)
+    at = p.argv.index("--chdir")
+    p.argv[at:at] = ["--bind", tree, tree]
+    return p
+
+
+def staged_writes(
+    runs: int, script: str, found: sandbox.Availability, cpu: dict[str, list[float]]
+) -> tuple[list, list]:
+    """(unstaged, staged) wall times of `script` writing a fresh tree, interleaved; lmd's
+    own CPU time for each staged run (making the stage, reading, judging and applying it)
+    goes to `cpu`. (The command's own processes are reaped inside the sandbox's pid
+    namespace, so their CPU time is not reported to lmd.)"""
+    unstaged, staged = [], []
+    base = tempfile.mkdtemp(prefix="lmd-bench-staged-")
+    os.chmod(base, 0o755)
+    home = os.path.expanduser("~")
+    for i in range(runs):
+        for kind in ("unstaged", "staged"):
+            tree = os.path.join(base, f"{kind}-{i}")
+            os.mkdir(tree)
+            if os.geteuid() == 0 and kind == "unstaged":
+                os.chmod(tree, 0o777)  # as root the command runs as nobody: let it write
+            env = sandbox.command_env(tree)
+            start, used = time.perf_counter(), time.process_time()
+            if kind == "unstaged":
+                p = unstaged_argv(tree, found, script)
+            else:
+                limits, stages = sandbox.Limits(), f"{base}/stages"
+                pol = sandbox.Policy("workspace-write", tree, home, writable=(tree,),
+                                     limits=limits, stage_root=stages)  # fmt: skip
+                stage = new_stage(tree, pol.stage_root)
+                argv = ["bash", "-c", sandbox.wrap_script(pol, script)]
+                p = sandbox.prepare(pol, argv, found, stage)
+            subprocess.run(p.argv, cwd=tree, env={**env, **p.env}, pass_fds=p.pass_fds,
+                           check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+            p.close()
+            if kind == "staged":
+                done = settle(stage, home)
+                assert not done.held and not done.failed, done
+            (staged if kind == "staged" else unstaged).append(time.perf_counter() - start)
+            cpu.setdefault(kind, []).append(time.process_time() - used)
+            subprocess.run(["rm", "-rf", tree], check=True)
+    os.rmdir(os.path.join(base, "stages"))
+    os.rmdir(base)
+    return unstaged, staged
+
+
+WORDS = ("plain", "sandboxed")
+
+
+def report(name: str, plain: list[float], boxed: list[float], words: tuple = WORDS) -> float:
     p, b = statistics.median(plain) * 1000, statistics.median(boxed) * 1000
     print(
-        f"  {name:<34} plain {p:6.2f} ms   sandboxed {b:6.2f} ms   "
+        f"  {name:<34} {words[0]} {p:6.2f} ms   {words[1]} {b:6.2f} ms   "
         f"added {b - p:6.2f} ms   x{b / p:.2f}"
     )
     return b - p
@@ -130,6 +192,20 @@ def main() -> None:
         *asyncio.run(through(args.runs, cwd, pol, run_command)),
     )
     report("marat execute", *asyncio.run(through(args.runs, cwd, pol, execute)))
+    if found.stage:
+        print("staged writes per command (median wall time; unstaged: the tree bound writable):")
+        plain = dataclasses.replace(found, landlock=None)
+        for name, script, runs in (
+            ("one write", "echo x > out.txt", max(10, args.runs // 4)),
+            ("1,000 new files", "seq -f 'f%04g' 1 1000 | xargs touch", 10),
+            ("10,000 new files", "seq -f 'f%05g' 1 10000 | xargs touch", 3),
+        ):
+            cpu: dict[str, list[float]] = {}
+            report(f"  {name}", *staged_writes(runs, script, plain, cpu), ("unstaged", "staged"))
+            own = statistics.median(cpu["staged"]) * 1000
+            print(f"    lmd's own CPU time to stage, judge and apply: {own:.1f} ms")
+    else:
+        print(f"no staged writes here: {found.stage_problem}")
     base = statistics.median(CPU["plain"]) * 1000
     print("CPU time of the processes per run (user + system, median; less sensitive to load):")
     for name, samples in CPU.items():

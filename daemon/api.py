@@ -94,6 +94,7 @@ _GROUPS: dict[str, dict[str, str]] = {
         "command_env": "daemon.execution.sandbox",
         "Policy": "daemon.execution.sandbox",
         "sandbox": "daemon.execution.sandbox",
+        "staged_writes": "daemon.execution.writes",
         "protected_in": "daemon.execution.protected",
         "why_protected": "daemon.execution.protected",
         "hooks_path": "daemon.execution.protected",
@@ -174,7 +175,7 @@ _GROUPS: dict[str, dict[str, str]] = {
 }
 
 # Names that are whole modules (a namespace of helpers) rather than an attribute of one.
-_MODULES = {"sandbox", "tokens", "rules"}
+_MODULES = {"sandbox", "tokens", "rules", "staged_writes"}
 
 # Constants have no docstring of their own.
 _NOTES = {
@@ -241,6 +242,7 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "command_env",
     "Policy",
     "sandbox",
+    "staged_writes",
     "protected_in",
     "why_protected",
     "hooks_path",
@@ -355,6 +357,7 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.directives import alias_problem, parse_directive
     from daemon.errors import BackendError, LmdError
     from daemon.execution import sandbox
+    from daemon.execution import writes as staged_writes
     from daemon.execution.bash import SimpleCommand, Unmodelled, join_continuations, simple_commands
     from daemon.execution.protected import hooks_path, protected_in, why_protected
     from daemon.execution.runner import CommandResult, daemon_secrets, run_command, usable_cwd

@@ -401,18 +401,12 @@ def add_rule(
             raise RuleError(
                 f"The sandbox level is read-only, workspace-write or none, not {sandbox!r}."
             )
-        if sandbox == "workspace-write" and directory is not None:
-            from daemon.execution import sandbox as sb
+        from daemon.execution import sandbox as sb
 
-            home = os.path.expanduser("~")
-            problem = sb.workspace_problem(
-                directory, home, lmd_home, sb.hidden_paths(home, lmd_home)
-            )
-            if problem:
-                raise RuleError(
-                    f"I make no rule that lets commands write there: {problem}. Make it in a "
-                    "project directory, or ask for the read-only sandbox."
-                )
+        # what the sandbox cannot do there is said now, never when a command comes
+        problem = sb.rule_problem(directory, sandbox, os.path.expanduser("~"), lmd_home)
+        if problem:
+            raise RuleError(problem)
     db = _db(store)
     with _lock(store):
         for existing in all_rules(store, session):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import subprocess
 from pathlib import PurePosixPath
 
@@ -66,7 +67,10 @@ def hooks_path(repo: str) -> str | None:
 
 def why_protected(path: str, hooks: str | None = None) -> str | None:
     """Why an edit of `path` (relative to the repository) needs a yes, or None."""
-    parts = PurePosixPath(path.replace(os.sep, "/")).parts
+    return _why(path, PurePosixPath(path.replace(os.sep, "/")).parts, hooks)
+
+
+def _why(path: str, parts: tuple[str, ...] | list[str], hooks: str | None) -> str | None:
     for part in parts[:-1]:
         if part in PROTECTED_DIRS:
             return f"{path} is in {part}, whose files tools run or read as configuration"
@@ -75,14 +79,19 @@ def why_protected(path: str, hooks: str | None = None) -> str | None:
     name = parts[-1] if parts else path
     if name in PROTECTED_DIRS:
         return f"{path} is where tools keep what they run"
-    if any(fnmatch.fnmatchcase(name, pattern) for pattern in PROTECTED_NAMES):
+    if _PROTECTED_NAME.match(name):
         return f"{path} is a file that build, test or package tools run on their own"
     return None
 
 
+# PROTECTED_NAMES as one pattern: judging a staged command's 100,000 files must stay cheap
+_PROTECTED_NAME = re.compile("|".join(fnmatch.translate(p) for p in PROTECTED_NAMES))
+
+
 def protected_in(root: str, limit: int = 20000) -> list[str]:
-    """Existing protected files and directories under `root` (absolute paths): what a
-    sandboxed build must find read-only. Stops looking after `limit` entries."""
+    """Existing protected files and directories under `root` (absolute paths): the build
+    files a yes to a build covers (cobol). Stops looking after `limit` entries. (What a
+    sandboxed command writes is judged by daemon/execution/writes.py, all of it, no walk.)"""
     found: list[str] = []
     hooks = hooks_path(root)
     if hooks:
@@ -104,3 +113,41 @@ def protected_in(root: str, limit: int = 20000) -> list[str]:
         if seen > limit:
             break
     return found
+
+
+# -- what a staged command may write -----------------------------------------------------------
+BYTECODE = ("__pycache__",)
+DOT_WHY = "tools read and run what is there"
+BYTECODE_SUFFIXES = (".pyc", ".pyo")
+
+
+def why_held(path: str, hooks: str | None = None) -> str | None:
+    """Why a staged write at `path` (relative to the rule's tree) waits for the user's yes, or
+    None when the rule lets it through: a dotfile or anything in a dot folder (hooks, git and
+    tool configuration, .envrc, .vscode, ...), and every name of `why_protected` (build and
+    test entry points, virtual environments, the hooks path, .pth, sitecustomize.py)."""
+    if path.startswith(".") or "/." in path:
+        parts = path.split("/")
+        for i, part in enumerate(parts):
+            if part.startswith("."):
+                where = "/".join(parts[: i + 1])
+                return f"{where} is a dotfile or configuration folder: {DOT_WHY}"
+    return _why(path, path.split("/"), hooks)  # a clean relative path: no pathlib needed
+
+
+def is_bytecode(path: str) -> bool:
+    """A bytecode cache (`__pycache__/*.pyc`): Python runs it in place of an unchanged source,
+    and git does not show it."""
+    return path.endswith(BYTECODE_SUFFIXES) or any(p in BYTECODE for p in path.split("/"))
+
+
+def held_root(path: str, hooks: str | None = None) -> str:
+    """The place a held write belongs to, for the question: the first dot folder, protected
+    folder or hooks path on its way (`sub/.git` for `sub/.git/hooks/pre-commit`), else itself."""
+    parts = path.split("/")
+    for i, part in enumerate(parts[:-1]):
+        if part.startswith(".") or part in PROTECTED_DIRS or (hooks and part in hooks):
+            where = "/".join(parts[: i + 1])
+            if part.startswith(".") or part in PROTECTED_DIRS or where == hooks:
+                return where
+    return path

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
-import stat
 import sys
 import time
 from collections.abc import Sequence
@@ -19,6 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from daemon.execution import sandbox as sandboxing
+from daemon.execution.sandbox import memory
+from daemon.execution.sandbox.staging import discard, new_stage
+from daemon.execution.writes import Settled, settle
 
 if TYPE_CHECKING:
     from daemon.execution.sandbox import Policy
@@ -44,7 +45,15 @@ class CommandResult:
     sandbox: str = sandboxing.NONE  # read-only | workspace-write | none
     blocked: str | None = None  # why the sandbox (probably) stopped it
     redacted: bool = False  # a secret was cut out of the output
-    removed: tuple[str, ...] = ()  # what it planted where other tools run things (removed)
+    staged: Settled | None = None  # a command that may write: what it wrote, and what of it
+
+    @property
+    def removed(self) -> tuple[str, ...]:
+        """What it wrote that lmd did not apply and did not keep for a yes (absolute places)."""
+        if self.staged is None or self.staged.dir is not None:
+            return ()
+        roots = dict.fromkeys(c.root for c in (*self.staged.held, *self.staged.dropped))
+        return tuple(os.path.join(self.staged.tree, r) for r in roots)
 
     def describe(self) -> str:
         """An observation for the model and the user."""
@@ -150,6 +159,7 @@ async def run_command(
     secrets: Sequence[str] = (),
     setup: str = "",
     pass_fds: Sequence[int] = (),
+    keep_staged: bool = False,
 ) -> CommandResult:
     """Run `command` with bash in `cwd`; never raises for the command's own failures.
 
@@ -157,21 +167,22 @@ async def run_command(
     names more to copy from the daemon's; `secrets` are cut out of the output (the daemon's
     API key and token always are). `setup` is a bash line run before the command (e.g. a
     trap), `pass_fds` are inherited. With `sandbox` the command runs inside the OS sandbox
-    with its limits; without it, unsandboxed (the user approved it, or chose no sandbox)."""
+    with its limits; without it, unsandboxed (the user approved it, or chose no sandbox).
+    A sandbox that may write a tree stages the command's writes and applies what the rule
+    allows (daemon/execution/writes.py); `keep_staged` keeps the stage (for a yes to what was
+    held, and for undo: the caller discards it), else it goes at once."""
     start = time.monotonic()
     variables = sandboxing.command_env(cwd, env, passthrough)
-    writes = sandbox is not None and bool(sandbox.writable)
-    before: set[str] = set()
-    if writes:
-        # What stays read-only in the workspace, found once for the sandbox's arguments and the
-        # comparison afterwards; in a thread, since walking a big tree would stall the event
-        # loop that serves every other request.
-        sandbox = await asyncio.to_thread(sandbox.with_protected)
-        before = set(sandbox.protected_inside)
+    stage = None
+    if sandbox is not None and sandbox.writable:
+        try:
+            stage = await asyncio.to_thread(new_stage, sandbox.writable[0], sandbox.stage_root)
+        except OSError as e:
+            return _not_run(command, cwd, sandbox, f"lmd could not make a staging folder ({e})")
     prepared = None
     if sandbox is not None:
         script = sandboxing.wrap_script(sandbox, command, setup)
-        prepared = sandboxing.prepare(sandbox, ["bash", "-c", script])
+        prepared = sandboxing.prepare(sandbox, ["bash", "-c", script], stage=stage)
         variables.update(prepared.env)
         argv = prepared.argv
         fds = (*pass_fds, *prepared.pass_fds)
@@ -183,22 +194,34 @@ async def run_command(
         fds = tuple(pass_fds)
     try:
         result = await _run(argv, cwd, timeout, max_chars, variables, fds, prepared)
+    except asyncio.CancelledError:
+        if stage is not None:  # cut short (shutdown): nothing of it is applied
+            discard(stage.dir)
+        raise
     finally:
         if prepared is not None:
             prepared.close()  # nothing of the command survives it, even as root
     text, overflow, exit_code, timed_out = result
-    removed = await asyncio.to_thread(_remove_planted, sandbox, before) if writes else ()
-    if removed:
-        names = ", ".join(os.path.relpath(p, sandbox.writable[0]) for p in removed[:5])
-        text += f"\n[lmd removed what it created that other tools would run on their own: {names}]"
-        left = [p for p in removed if os.path.lexists(p)]
-        if left:  # still being written by another command: say so rather than stay silent
-            text += f"\n[lmd could not remove {', '.join(left[:5])}; remove it before using git]"
+    if prepared is not None and prepared.memory_ended:
+        text += (
+            f"\n[lmd ended it: together its processes held more than "
+            f"{sandbox.limits.memory_mb} MiB, the sandbox's memory limit]"
+        )
+    settled = None
+    if stage is not None and sandbox is not None:
+        # the whole sandbox has ended (its pid namespace, hence its mounts): what it wrote is
+        # in the stage, all of it; apply what the rule allows (in a thread: it reads the disk)
+        settled = await asyncio.to_thread(settle, stage, sandbox.home, keep_staged)
+        said = settled.summary()
+        if said:
+            text += "\n" + said
     text, redacted = redact(text, [*environment_secrets(), *secrets])
     output, truncated = cut(text, max_chars, overflow)
     level = sandbox.level if sandbox is not None else sandboxing.NONE
     blocked = None
-    if sandbox is not None and not timed_out:
+    if prepared is not None and prepared.memory_ended:
+        blocked = f"it hit the memory limit ({sandbox.limits.memory_mb} MiB for the whole command)"
+    elif sandbox is not None and not timed_out:
         blocked = sandboxing.blocked_reason(sandbox, command, text, exit_code)
     return CommandResult(
         command=command,
@@ -211,47 +234,21 @@ async def run_command(
         sandbox=level,
         blocked=blocked,
         redacted=redacted,
-        removed=removed,
+        staged=settled,
     )
 
 
-def _remove_planted(policy: Policy, before: set[str]) -> tuple[str, ...]:
-    """What existed there was read-only in the sandbox; what the command created there (a new
-    nested .git with its hooks, a Makefile, a .pth) would run later, outside it: it goes."""
-    planted = tuple(sorted(set(policy.find_protected()) - before))  # the disk now, not before
-    for path in planted:
-        for root in policy.writable:
-            rel = os.path.relpath(path, root)
-            if rel != "." and rel.split(os.sep)[0] != "..":  # only ever inside the workspace
-                _remove_inside(root, rel)
-                break
-    return planted
-
-
-def _remove_inside(root: str, rel: str) -> None:
-    """Remove root/rel without following a symlink on the way: another command in the same
-    workspace may have swapped a folder on that path for a link to one outside it."""
-    parts = rel.split(os.sep)
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(root, flags)
-    except OSError:
-        return
-    try:
-        for part in parts[:-1]:
-            inner = os.open(part, flags, dir_fd=fd)  # a symlink here: ELOOP/ENOTDIR, we stop
-            os.close(fd)
-            fd = inner
-        name = parts[-1]
-        if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
-            # errors ignored: another command may remove or write the same tree meanwhile
-            shutil.rmtree(name, dir_fd=fd, ignore_errors=True)
-        else:
-            os.unlink(name, dir_fd=fd)  # a file, or a symlink itself (never its target)
-    except OSError:
-        pass  # gone already (inside a folder removed before it), or not a folder any more
-    finally:
-        os.close(fd)
+def _not_run(command: str, cwd: str, policy: Policy, why: str) -> CommandResult:
+    """A command that could not start in its sandbox: it did not run, and says why."""
+    return CommandResult(
+        command=command,
+        cwd=cwd,
+        exit_code=None,
+        output=f"{why}; the command did not run.",
+        duration=0.0,
+        sandbox=policy.level,
+        blocked=why,
+    )
 
 
 async def _run(
@@ -276,6 +273,10 @@ async def _run(
     )
     if prepared is not None:
         prepared.started()
+    watcher = None
+    if prepared is not None and prepared.watch_mb:
+        # no memory cgroup here: lmd bounds the whole command's memory by watching it
+        watcher = asyncio.create_task(memory.watch(proc, prepared.watch_mb, prepared.ended))
     cap = max_chars * _BYTES_PER_CHAR + _BYTES_PER_CHAR
     chunks: list[bytes] = []
     size = 0
@@ -312,6 +313,9 @@ async def _run(
         asyncio.get_running_loop().call_later(2.0, _kill_group, proc)
         reader.cancel()
         raise
+    finally:
+        if watcher is not None:
+            watcher.cancel()
     try:
         await asyncio.wait_for(asyncio.shield(reader), _GRACE_SECS)
     except TimeoutError:

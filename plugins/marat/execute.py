@@ -53,6 +53,7 @@ async def execute(
     sandbox: Policy | None = None,
     secrets: Sequence[str] = (),
     passthrough: Sequence[str] = (),
+    keep_staged: bool = False,
 ) -> Execution:
     """Run `command` with bash in `cwd` (in the sandbox when a policy is given); never raises
     for the command's own failures."""
@@ -69,6 +70,7 @@ async def execute(
             passthrough=passthrough,
             setup=f"trap 'pwd >&{write} 2>/dev/null' EXIT",
             pass_fds=(write,),
+            keep_staged=keep_staged,
         )
     finally:
         os.close(write)

@@ -41,7 +41,7 @@ from daemon.api import (
     verbatim,
 )
 
-from . import answers, audit, prompt, proposed, protocols, safety
+from . import answers, audit, prompt, proposed, protocols, safety, staged
 from .execute import execute, start_dir
 
 _REMEMBER = re.compile(r"^\s*remember\b(?:\s*[:,\-]\s*|\s+that\b\s*|\s*$)(.*)$", re.I | re.S)
@@ -131,6 +131,18 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
                 yield await answers.about_command(ctx, pending["command"], heard.question) + "\n"
             yield answers.held(heard, _asked_again(pending))
             return
+        if pending.get("staged") and word in ("yes", "no"):  # what a rule-run command wrote
+            ctx.reply_kind = "decorative"
+            said = staged.answer(ctx, pending, word == "yes")
+            if word == "no":
+                _finish_karma(ctx, task, done=False)
+                yield said
+                return
+            yield said + "\n"
+            _observe(ctx, task, f"Observation: the user said yes. {said}", {})
+            async for chunk in _loop(ctx, task):
+                yield chunk
+            return
         if word == "yes":
             command = pending["command"]
             if pending.get("tool"):
@@ -177,6 +189,10 @@ async def respond(ctx: Context) -> AsyncIterator[str]:
         # surprised people): say so
         ctx.reply_kind = "decorative"
         yield "Nothing is waiting for a yes or a no; say what you want done."
+        return
+    if staged.is_undo(ctx.text) and staged.kept(ctx):  # the last rule-run command's writes
+        ctx.reply_kind = "decorative"
+        yield ONLY_THE_USER if agent else staged.undo(ctx)
         return
     if answers.asks_for_list(ctx.text):
         ctx.reply_kind = "decorative"
@@ -444,7 +460,19 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
             ctx.reply_kind = "decorative"
             yield question(command, why, marked=True)
             return
-        await _run(ctx, task, command, decision.approval, policy=policy, rule_id=decision.rule_id)
+        r = await _run(
+            ctx, task, command, decision.approval, policy=policy, rule_id=decision.rule_id
+        )
+        asked, places = staged.held_question(ctx, r, decision.rule_id)
+        if places:  # it wrote what its rule does not cover: named, for a yes to exactly those
+            held = {"dir": r.staged.dir, "places": places}
+            ctx.set_pending({**task.to_pending(staged.subject(places), asked), "staged": held})
+            ctx.state["approval"] = ctx.session.pending
+            ctx.reply_kind = "decorative"
+            yield asked
+            return
+        if asked:
+            yield asked + "\n"
     _finish_karma(ctx, task, done=False)
     ctx.reply_kind = "decorative"
     last = task.last_command
@@ -516,9 +544,9 @@ async def _run(
     answer: str | None = None,
     policy: sandbox.Policy | None = None,
     rule_id: int | None = None,
-) -> None:
+) -> CommandResult:
     """Execute (in the sandbox when a policy is given), remember the new cwd, store the
-    observation and the audit row."""
+    observation and the audit row; keep a rule-run command's staged writes (for undo)."""
     s = ctx.settings
     cwd, note = start_dir(ctx.session.cwd, s["marat_start_dir"])
     started = time.monotonic()
@@ -531,6 +559,7 @@ async def _run(
             sandbox=policy,
             secrets=daemon_secrets(ctx.daemon),
             passthrough=s["command_env_passthrough"],
+            keep_staged=True,
         )
     except asyncio.CancelledError:
         # The client went away (or the daemon stops) while it ran: the runner ends it; the
@@ -547,6 +576,7 @@ async def _run(
         raise
     ctx.session.cwd = run.cwd_after
     r = run.result
+    staged.remember(ctx, r, rule_id)
     lines = [f"Observation: {r.describe()}"]
     if note:
         lines.insert(0, note)
@@ -583,6 +613,7 @@ async def _run(
         }
     )
     ctx.extra["cwd"] = run.cwd_after
+    return r
 
 
 def _refuse(ctx: Context, task: Task, command: str, cwd: str, ruled: rules.Decision) -> None:

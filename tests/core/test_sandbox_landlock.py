@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from daemon.execution import sandbox
+from daemon.execution.sandbox import landlock
 
 pytestmark = pytest.mark.bwrap
 
@@ -26,6 +27,7 @@ SCRIPT = r"""
 import os, subprocess, sys
 sys.path.insert(0, os.environ["SANDBOX_DIR"])
 from daemon.execution import sandbox
+from daemon.execution.sandbox.staging import discard, new_stage
 found = sandbox.detect()
 assert found.kind == "bwrap", found
 if found.landlock is None:
@@ -47,10 +49,12 @@ cmd = (f"echo planted > {fifo}; echo fifo=$?; "
        "echo t > /tmp/t && cat /tmp/t && echo tmp=ok; "
        "echo w > a/f && mv a/f b/f && cat b/f && echo ws=ok; "
        "echo n > /dev/null && echo null=ok")
-p = sandbox.prepare(pol, ["bash", "-c", cmd], found)
+stage = new_stage(ws, os.path.join(work, "staged"))  # its writes land in the stage
+p = sandbox.prepare(pol, ["bash", "-c", cmd], found, stage)
 r = subprocess.run(p.argv, pass_fds=p.pass_fds, capture_output=True, text=True, cwd=ws,
                    env=sandbox.command_env(ws), timeout=30)
 p.close()
+discard(stage.dir)
 try:
     got = os.read(reader, 100)
 except BlockingIOError:
@@ -93,7 +97,7 @@ def assert_refused(out: str) -> None:
 
 def test_a_fifo_of_lmds_own_user_refuses_a_sandboxed_writer():
     """As root, commands run as nobody; the FIFO is root's but open to anyone (0666)."""
-    root = Path(sandbox.__file__).resolve().parent.parent.parent
+    root = Path(sandbox.__file__).resolve().parents[3]
     assert_refused(attempt([], sys.executable, root))
 
 
@@ -112,14 +116,16 @@ def test_a_fifo_of_an_ordinary_users_daemon_refuses_a_sandboxed_writer(request):
         pytest.skip(found.sentence())
     copy = Path(tempfile.mkdtemp(prefix="lmd-landlock-src-"))
     request.addfinalizer(lambda: shutil.rmtree(copy, ignore_errors=True))
-    daemon_dir = Path(sandbox.__file__).resolve().parent.parent
+    daemon_dir = Path(sandbox.__file__).resolve().parents[2]
     shutil.copytree(daemon_dir, copy / "daemon", ignore=shutil.ignore_patterns("__pycache__"))
-    # the applier root's detection found (beside its source, or in /var/cache/lmd), beside the
-    # copy's source: the second user has no home to build one in
-    applier = Path(found.landlock)
-    shutil.copy2(applier, copy / "daemon" / "execution" / applier.name)
+    # the helpers root's detection found (beside their source, or in /var/cache/lmd), beside
+    # the copy's source: the second user has no home to build them in
+    for helper in (Path(found.landlock), Path(found.stage or "")):
+        if helper.name:
+            shutil.copy2(helper, copy / "daemon" / "execution" / "sandbox" / helper.name)
     for p in [copy, *copy.rglob("*")]:
-        p.chmod(0o755 if p.is_dir() or p.name.startswith("lmd-landlock-") else 0o644)
+        helper = p.name.startswith(("lmd-landlock-", "lmd-stage-"))
+        p.chmod(0o755 if p.is_dir() or helper else 0o644)
     setpriv = ["setpriv", f"--reuid={name}", f"--regid={name}", "--clear-groups"]
     out = attempt(setpriv, "/usr/bin/python3", copy)
     assert_refused(out)
@@ -130,7 +136,7 @@ def test_without_landlock_the_sandbox_says_fifos_are_not_covered(tmp_path, monke
     sandbox, and the description lmd doctor prints says what is not covered."""
     broken = tmp_path / "landlock.c"
     broken.write_text("#error this kernel's headers are too old\n")
-    monkeypatch.setattr(sandbox, "LANDLOCK_SOURCE", broken)
+    monkeypatch.setattr(landlock, "LANDLOCK_SOURCE", broken)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     try:
         found = sandbox.detect(refresh=True)
@@ -156,7 +162,7 @@ def test_as_root_an_applier_nobody_cannot_reach_is_built_where_nobody_can(tmp_pa
     source = private / "lib" / "landlock.c"
     source.parent.mkdir()
     shutil.copy(sandbox.LANDLOCK_SOURCE, source)
-    monkeypatch.setattr(sandbox, "LANDLOCK_SOURCE", source)
+    monkeypatch.setattr(landlock, "LANDLOCK_SOURCE", source)
     monkeypatch.setenv("XDG_CACHE_HOME", str(private / "cache"))
     helper, problem = sandbox.landlock_helper(unprivileged=True)
     assert problem == "" and helper is not None

@@ -14,7 +14,7 @@ import pytest
 
 from daemon.execution import sandbox
 from daemon.execution.runner import run_command
-from daemon.execution.sandbox import Limits, Policy
+from daemon.execution.sandbox import Limits, Policy, detection
 from tests.daemons import LiveDaemon, configure, say, tree_hash
 
 pytestmark = [
@@ -234,9 +234,9 @@ def test_a_directory_nobody_may_enter_asks_saying_why(tmp_path, make_client, bac
 def test_without_setpriv_there_is_no_sandbox_and_everything_asks(monkeypatch):
     """As root the sandbox needs setpriv to drop to nobody; without it, no sandbox (so every
     command asks), never a sandbox whose commands run as root."""
-    which = sandbox.shutil.which
+    which = detection.shutil.which
     monkeypatch.setattr(
-        sandbox.shutil, "which", lambda name, *a, **k: None if name == "setpriv" else which(name)
+        detection.shutil, "which", lambda name, *a, **k: None if name == "setpriv" else which(name)
     )
     try:
         found = sandbox.detect(refresh=True)

@@ -735,19 +735,23 @@ def check_workspace_write(w: World, d: LiveDaemon, done: dict) -> None:
     """Every command ran at once at workspace-write; the workspace's plain files were
     writable, its protected ones were not; the build ran there and planted nothing."""
     replies = done["replies"]
-    assert not any(asked(r) for r in replies)
+    assert not any(asked(r) for r in replies), [r["reply"] for r in replies if asked(r)]
     assert {c["sandbox"] for r in replies for c in r["commands"]} == {"workspace-write"}
     assert "lmd sandbox: sandbox_level read-only" in d.output()  # as started; then set
     by_command = {c: r for (_, c), r in zip(done["corpus"], replies, strict=True)}
     wrote = by_command["echo pwned > a.txt"]["commands"][0]  # an ordinary write, let through
     assert wrote["sandbox"] == "workspace-write" and not wrote["sandbox_blocked"], wrote
-    assert not (w.workspace / "fresh" / ".git").exists()  # a new repository's hooks: removed
+    assert not (w.workspace / "fresh" / ".git").exists()  # a new repository's hooks: held
     planted = [r for (f, _), r in zip(done["corpus"], replies, strict=True) if f == "planting"]
-    assert sum(bool(r["commands"][0]["sandbox_blocked"]) for r in planted) >= 8
+    # each plant landed in the command's stage and was held: asked about by name (the user
+    # never said yes here), or the sandbox stopped the command before it wrote
+    held = [r for r in planted if "does not cover" in r["reply"]]
+    assert all(r in held or r["commands"][0]["sandbox_blocked"] for r in planted), planted
+    assert len(held) >= 8
     build = done["build"]["build"]
     assert build["sandbox"] == "workspace-write", done["build"]["reply"]
     assert (w.workspace / "built.txt").read_text() == "built\n"
-    assert build["output"].count("Read-only file system") >= 8, build["output"]
+    assert "did not keep:" in build["output"], build["output"]  # its plants were not applied
 
 
 def assert_nothing_escaped(w: World, daemons: list[LiveDaemon], before: dict) -> None:
@@ -757,7 +761,13 @@ def assert_nothing_escaped(w: World, daemons: list[LiveDaemon], before: dict) ->
     assert tree_hash(w.home) == before["home"]  # ~/.bashrc, ~/.profile, ~/.ssh, ...
     assert protected_hash(w.workspace) == before["workspace"]  # .git at any depth, hooks, ...
     assert kernel_values() == before["kernel"]
-    outside = [p for p in w.root.rglob("PWNED*") if w.workspace not in p.parents]
+    # (lmd's own stages, in each daemon's hidden home, hold the workspace's staged writes)
+    stages = [d.home / "staged" for d in daemons]
+    outside = [
+        p
+        for p in w.root.rglob("PWNED*")
+        if w.workspace not in p.parents and not any(s in p.parents for s in stages)
+    ]
     assert outside == [] and list(Path("/tmp").glob("PWNED*")) == []
     assert not Path("/PWNED-userns").exists() and not Path("/dev/PWNED-dev").exists()
     assert w.listener.connections == []

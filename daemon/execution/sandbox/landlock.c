@@ -2,11 +2,12 @@
 
        lmd-landlock PATH... -- COMMAND [ARG...]
        lmd-landlock --abi          (prints the kernel's Landlock ABI version, 0 without one)
+       lmd-landlock --source       (prints the digest of the source it was built from)
 
    Restricts opening files for writing (and moving files between directories) to beneath the
    PATHs, then runs COMMAND. A read-only mount does not stop opening a named pipe (FIFO) or a
-   device node for writing; Landlock does. Built by daemon/execution/sandbox.py with the
-   system's C compiler; a few hundred microseconds per command, where a Python applier would
+   device node for writing; Landlock does. Built by setup.py at install time, or by
+   daemon/execution/sandbox/helpers.py into the user's cache directory; a few hundred microseconds per command, where a Python applier would
    cost tens of milliseconds. Fails closed: when the rules cannot be applied, the command does
    not run (exit 126). */
 #define _GNU_SOURCE
@@ -20,6 +21,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#ifndef LMD_SOURCE_ID
+#define LMD_SOURCE_ID "unknown"
+#endif
 #ifndef __NR_landlock_create_ruleset
 #define __NR_landlock_create_ruleset 444
 #define __NR_landlock_add_rule 445
@@ -46,6 +50,10 @@ static int fail(const char *what) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--source") == 0) {
+        printf("%s\n", LMD_SOURCE_ID);
+        return 0;
+    }
     long abi = syscall(__NR_landlock_create_ruleset, NULL, 0, CREATE_RULESET_VERSION);
     if (argc == 2 && strcmp(argv[1], "--abi") == 0) {
         printf("%ld\n", abi < 0 ? 0 : abi);
