@@ -1,5 +1,9 @@
 """pytest collects the examples of README.md and docs/*.md (tests/doc_examples.py says how);
-`make test` hands test files to its workers as tests/scheduling.py says."""
+`make test` hands test files to its workers as tests/scheduling.py says; each run keeps its
+temporary files in a folder of its own."""
+
+import shutil
+import tempfile
 
 import pytest
 
@@ -20,6 +24,23 @@ class _Scheduler:
         return None
 
 
+_OWN_BASETEMP: list[str] = []
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path factory reads the option
 def pytest_configure(config: pytest.Config) -> None:
     if config.pluginmanager.hasplugin("xdist"):  # its hook is unknown without it
         config.pluginmanager.register(_Scheduler(), "lmd-scheduling")
+    # As root, sandboxed commands run as nobody, so tests open their folders to others
+    # (tests/conftest.py). pytest's shared /tmp/pytest-of-USER is set back to 0700 by every
+    # other pytest run of the same user, which then shut nobody out of this run's folders:
+    # a folder of this run's own instead (workers get theirs inside it from xdist).
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix="lmd-tests-")
+        _OWN_BASETEMP.append(config.option.basetemp)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A passing run leaves nothing behind; a failing one keeps its files to look at."""
+    if _OWN_BASETEMP and exitstatus == 0 and not hasattr(session.config, "workerinput"):
+        shutil.rmtree(_OWN_BASETEMP.pop(), ignore_errors=True)
