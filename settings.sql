@@ -7,11 +7,11 @@
 -- (a trigger marks it in settings_chosen). `lmd settings reset NAME`, or deleting the row, puts
 -- a setting back on its default. `lmd settings list --sources` says which is which.
 --
--- GENERATED from the Setting declarations (daemon/core_settings.py for the core, each built-in
--- plugin's register_settings for the rest) and daemon/defaults.py: change one, then run `make
--- docs`. `make lint` and tests/core/test_docs.py fail while this file is stale. Run by hand into
--- an empty database, it makes the tables lmd makes; daemon/settings.sql, a symlink to this file,
--- ships it with installed packages. docs/settings.md is the reference.
+-- GENERATED from the Setting declarations (daemon/core/core_settings.py for the core, each
+-- built-in plugin's register_settings for the rest) and daemon/core/defaults.py: change one,
+-- then run `make docs`. `make lint` and tests/core/test_docs.py fail while this file is stale.
+-- Run by hand into an empty database, it makes the tables lmd makes; daemon/core/settings.sql,
+-- a symlink to this file, ships it with installed packages. docs/settings.md is the reference.
 
 CREATE TABLE IF NOT EXISTS settings (
     name TEXT PRIMARY KEY,
@@ -224,7 +224,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_models_file', '');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_concurrency', '0');
 -- [[[end]]]
 
--- Which values you chose, and which defaults lmd wrote (daemon/defaults.py).
+-- Which values you chose, and which defaults lmd wrote (daemon/core/defaults.py).
 -- [[[cog
 -- import docgen
 -- cog.out(docgen.settings_schema())

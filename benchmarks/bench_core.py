@@ -41,7 +41,7 @@ def ms(x: float) -> str:
 
 
 def fill_history(home: Path, session: str, n: int, other_rows: int = 0) -> None:
-    from daemon.store import Store
+    from daemon.core.store import Store
 
     store = Store(home / "lmd.db")
     store.migrate()
@@ -177,9 +177,9 @@ def bench_concurrency(tmp: Path) -> None:
 
 
 def bench_selection(tmp: Path) -> None:
-    from daemon import karma
-    from daemon.core_settings import CORE_SETTINGS
-    from daemon.store import Store
+    from daemon.core import karma
+    from daemon.core.core_settings import CORE_SETTINGS
+    from daemon.core.store import Store
 
     defaults = {s.name: s.default for s in CORE_SETTINGS}
     params = karma.Params.from_settings(defaults)

@@ -56,8 +56,8 @@ class Timer:
 async def bench_loop(iterations: int, requests: int) -> dict:
     import plugins.marat.execute as execute_module
     from daemon.backends.llm import LLM
-    from daemon.core import Daemon
-    from daemon.http.turn import Outcome, run_turn
+    from daemon.core.daemon import Daemon
+    from daemon.core.turn import Outcome, run_turn
     from tests.daemons import configure
 
     backend = FakeBackend().start()

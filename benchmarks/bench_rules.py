@@ -1,6 +1,7 @@
-"""What reading commands into what runs costs, timed: the bash grammar alone (the baseline),
-the effective reading on top of it (daemon/effective.py), a whole rules decision, and the
-question's read-back (daemon/readback.py), on commands a model proposes and on hostile ones.
+"""What reading commands into what runs costs, timed: the bash grammar alone (the baseline), the
+effective reading on top of it (daemon/agent/effective.py), a whole rules decision, and the
+question's read-back (daemon/agent/readback.py), on commands a model proposes and on hostile
+ones.
 
     .venv/bin/python benchmarks/bench_rules.py [--n 200]
 
@@ -20,10 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from daemon import effective, rules  # noqa: E402
+from daemon.agent import effective, rules  # noqa: E402
+from daemon.agent.readback import describe_command  # noqa: E402
+from daemon.core.store import Store  # noqa: E402
 from daemon.execution.bash import simple_commands  # noqa: E402
-from daemon.readback import describe_command  # noqa: E402
-from daemon.store import Store  # noqa: E402
 
 COMMANDS = {
     "plain": ["git commit -m 'fix the parser'", "ls -la", "make -j4 test", "pytest -q"],

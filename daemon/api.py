@@ -19,32 +19,32 @@ _GROUPS: dict[str, dict[str, str]] = {
     # Hooks and what they register.
     "Registering": {
         "hookimpl": "daemon.hookspecs",
-        "Mode": "daemon.modes",
-        "Context": "daemon.modes",
-        "Setting": "daemon.settings",
-        "Daemon": "daemon.core",
+        "Mode": "daemon.core.modes",
+        "Context": "daemon.core.modes",
+        "Setting": "daemon.core.settings",
+        "Daemon": "daemon.core.daemon",
     },
     # Exceptions: raise one with a sentence a voice user can act on.
     "Errors": {
-        "LmdError": "daemon.errors",
-        "BackendError": "daemon.errors",
-        "SettingError": "daemon.settings",
+        "LmdError": "daemon.core.errors",
+        "BackendError": "daemon.core.errors",
+        "SettingError": "daemon.core.settings",
         "ClientError": "daemon.client",
     },
     # Settings, the registry and the store, outside a request.
     "Settings and state": {
-        "Settings": "daemon.settings",
-        "read_settings_table": "daemon.defaults",
-        "env_name": "daemon.settings",
-        "refuse_if_protected": "daemon.settings",
-        "check_setting": "daemon.core",
-        "collect": "daemon.core",
-        "Registry": "daemon.core",
+        "Settings": "daemon.core.settings",
+        "read_settings_table": "daemon.core.defaults",
+        "env_name": "daemon.core.settings",
+        "refuse_if_protected": "daemon.core.settings",
+        "check_setting": "daemon.core.daemon",
+        "collect": "daemon.core.daemon",
+        "Registry": "daemon.core.daemon",
         "get_plugin_manager": "daemon.plugins",
         "wanted_plugins": "daemon.plugins",
-        "default_home": "daemon.home",
-        "PRIVATE_FILES": "daemon.home",
-        "record_turn": "daemon.modes",
+        "default_home": "daemon.core.home",
+        "PRIVATE_FILES": "daemon.core.home",
+        "record_turn": "daemon.core.modes",
     },
     # Writing routes: the request body, the session, the one reply path.
     "HTTP": {
@@ -52,14 +52,14 @@ _GROUPS: dict[str, dict[str, str]] = {
         "read_body": "daemon.http.app",
         "decode_text": "daemon.http.app",
         "session_name": "daemon.http.app",
-        "working_directory": "daemon.http.turn",
-        "TurnReply": "daemon.http.turn",
-        "wants_speech": "daemon.speak",
-        "verbatim": "daemon.speak",
-        "unmark": "daemon.speak",
+        "working_directory": "daemon.core.turn",
+        "TurnReply": "daemon.http.reply",
+        "wants_speech": "daemon.core.speak",
+        "verbatim": "daemon.core.speak",
+        "unmark": "daemon.core.speak",
         "token_presented": "daemon.http.guard",
         "owner_only": "daemon.http.guard",
-        "allowed_http_path": "daemon.paths",
+        "allowed_http_path": "daemon.core.paths",
     },
     # Writing commands for the `lmd` group.
     "CLI": {
@@ -68,9 +68,9 @@ _GROUPS: dict[str, dict[str, str]] = {
         "open_daemon_state": "daemon.cli",
         "add_history_listing": "daemon.cli",
         "lazy_command": "daemon.lazy",
-        "refuse_overwrite": "daemon.paths",
-        "write_atomic": "daemon.paths",
-        "clean": "daemon.terminal",
+        "refuse_overwrite": "daemon.core.paths",
+        "write_atomic": "daemon.core.paths",
+        "clean": "daemon.core.terminal",
     },
     # Talking to a running daemon (the light client: standard library only).
     "Client": {
@@ -105,17 +105,17 @@ _GROUPS: dict[str, dict[str, str]] = {
     },
     # Approval rules: what the user allowed, forbade or wants asked (docs/rules.md).
     "Rules": {
-        "decide": "daemon.rules",
-        "Decision": "daemon.rules",
-        "rules": "daemon.rules",
-        "describe_command": "daemon.readback",
-        "spoken_command": "daemon.readback",
-        "quoted_name": "daemon.readback",
+        "decide": "daemon.agent.rules",
+        "Decision": "daemon.agent.rules",
+        "rules": "daemon.agent.rules",
+        "describe_command": "daemon.agent.readback",
+        "spoken_command": "daemon.agent.readback",
+        "quoted_name": "daemon.agent.readback",
     },
     # The project's own instructions (AGENTS.md) for a mode's system message.
     "Project memory": {
-        "project_memory": "daemon.memory",
-        "Memory": "daemon.memory",
+        "project_memory": "daemon.agent.memory",
+        "Memory": "daemon.agent.memory",
     },
     # The language model backend.
     "LLM": {
@@ -136,25 +136,25 @@ _GROUPS: dict[str, dict[str, str]] = {
     },
     # Approvals and MCP tools: who may say yes, and the MCP servers the user configured.
     "Approvals and MCP": {
-        "approval_allowed": "daemon.approvals",
-        "approval_fingerprint": "daemon.approvals",
-        "answer_word": "daemon.approvals",
-        "relays_model": "daemon.approvals",
-        "not_heard_reply": "daemon.approvals",
-        "mcp_hub": "daemon.mcpclient",
-        "McpHub": "daemon.mcpclient",
-        "mcp_rule_name": "daemon.mcpclient",
+        "approval_allowed": "daemon.core.approvals",
+        "approval_fingerprint": "daemon.core.approvals",
+        "answer_word": "daemon.core.approvals",
+        "relays_model": "daemon.core.approvals",
+        "not_heard_reply": "daemon.core.approvals",
+        "mcp_hub": "daemon.agent.mcpclient",
+        "McpHub": "daemon.agent.mcpclient",
+        "mcp_rule_name": "daemon.agent.mcpclient",
     },
     # Sentences and splitting work into parts.
     "Words and shards": {
-        "plural": "daemon.words",
-        "Shard": "daemon.shards",
-        "parse_shard": "daemon.shards",
-        "part_of": "daemon.shards",
-        "describe_parts": "daemon.shards",
-        "file_sha256": "daemon.shards",
-        "csv_cell": "daemon.tables",
-        "csv_value": "daemon.tables",
+        "plural": "daemon.core.words",
+        "Shard": "daemon.core.shards",
+        "parse_shard": "daemon.core.shards",
+        "part_of": "daemon.core.shards",
+        "describe_parts": "daemon.core.shards",
+        "file_sha256": "daemon.core.shards",
+        "csv_cell": "daemon.core.tables",
+        "csv_value": "daemon.core.tables",
     },
     # Speech as speech engines write it: answers, numbers, names (docs/voice.md).
     "Spoken words": {
@@ -168,8 +168,8 @@ _GROUPS: dict[str, dict[str, str]] = {
         "match_name": "daemon.spoken.names",
         "NameMatch": "daemon.spoken.names",
         "spoken_punctuation": "daemon.spoken.names",
-        "parse_directive": "daemon.directives",
-        "alias_problem": "daemon.directives",
+        "parse_directive": "daemon.core.directives",
+        "alias_problem": "daemon.core.directives",
         "dictation_hint": "daemon.spoken.vocabulary",
     },
 }
@@ -335,14 +335,11 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # editors and type checkers see the real definitions
-    from daemon import rules
-    from daemon.approvals import (
-        answer_word,
-        approval_allowed,
-        approval_fingerprint,
-        not_heard_reply,
-        relays_model,
-    )
+    from daemon.agent import rules
+    from daemon.agent.mcpclient import McpHub, mcp_hub, mcp_rule_name
+    from daemon.agent.memory import Memory, project_memory
+    from daemon.agent.readback import describe_command, quoted_name, spoken_command
+    from daemon.agent.rules import Decision, decide
     from daemon.backends import tokens
     from daemon.backends.capabilities import Capabilities, stored_cache
     from daemon.backends.choice import choose_backend
@@ -352,20 +349,37 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.backends.protocols import action_protocol
     from daemon.cli import add_history_listing, fail, home_option, open_daemon_state
     from daemon.client import ClientError, daemon_url, request
-    from daemon.core import Daemon, Registry, check_setting, collect
-    from daemon.defaults import read_settings_table
-    from daemon.directives import alias_problem, parse_directive
-    from daemon.errors import BackendError, LmdError
+    from daemon.core.approvals import (
+        answer_word,
+        approval_allowed,
+        approval_fingerprint,
+        not_heard_reply,
+        relays_model,
+    )
+    from daemon.core.daemon import Daemon, Registry, check_setting, collect
+    from daemon.core.defaults import read_settings_table
+    from daemon.core.directives import alias_problem, parse_directive
+    from daemon.core.errors import BackendError, LmdError
+    from daemon.core.home import PRIVATE_FILES, default_home
+    from daemon.core.modes import Context, Mode, record_turn
+    from daemon.core.paths import allowed_http_path, refuse_overwrite, write_atomic
+    from daemon.core.settings import Setting, SettingError, Settings, env_name, refuse_if_protected
+    from daemon.core.shards import Shard, describe_parts, file_sha256, parse_shard, part_of
+    from daemon.core.speak import unmark, verbatim, wants_speech
+    from daemon.core.tables import csv_cell, csv_value
+    from daemon.core.terminal import clean
+    from daemon.core.turn import working_directory
+    from daemon.core.words import plural
     from daemon.execution import sandbox
     from daemon.execution import writes as staged_writes
     from daemon.execution.bash import SimpleCommand, Unmodelled, join_continuations, simple_commands
     from daemon.execution.protected import hooks_path, protected_in, why_protected
     from daemon.execution.runner import CommandResult, daemon_secrets, run_command, usable_cwd
     from daemon.execution.sandbox import Policy, command_env
-    from daemon.home import PRIVATE_FILES, default_home
     from daemon.hookspecs import hookimpl
     from daemon.http.app import decode_text, read_body, read_json, session_name
     from daemon.http.guard import owner_only, token_presented
+    from daemon.http.reply import TurnReply
     from daemon.http.server import (
         backend_state,
         check_policy,
@@ -373,22 +387,9 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
         parse_bind,
         sandbox_state,
     )
-    from daemon.http.turn import TurnReply, working_directory
     from daemon.lazy import lazy_command
-    from daemon.mcpclient import McpHub, mcp_hub, mcp_rule_name
-    from daemon.memory import Memory, project_memory
-    from daemon.modes import Context, Mode, record_turn
-    from daemon.paths import allowed_http_path, refuse_overwrite, write_atomic
     from daemon.plugins import get_plugin_manager, wanted_plugins
-    from daemon.readback import describe_command, quoted_name, spoken_command
-    from daemon.rules import Decision, decide
-    from daemon.settings import Setting, SettingError, Settings, env_name, refuse_if_protected
-    from daemon.shards import Shard, describe_parts, file_sha256, parse_shard, part_of
-    from daemon.speak import unmark, verbatim, wants_speech
     from daemon.spoken.answers import NOTHING_WAITING, Heard, hear_answer, is_bare_answer
     from daemon.spoken.names import NameMatch, match_name, spoken_punctuation
     from daemon.spoken.numbers import in_unit, spoken_number, spoken_quantity
     from daemon.spoken.vocabulary import dictation_hint
-    from daemon.tables import csv_cell, csv_value
-    from daemon.terminal import clean
-    from daemon.words import plural

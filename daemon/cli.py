@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from daemon import __version__
-from daemon.errors import LmdError
+from daemon.core.errors import LmdError
 from daemon.lazy import lazy_command, resolve
 
 
@@ -239,7 +239,7 @@ def say(
 
         out = json.dumps(reply, indent=2, ensure_ascii=False)
         if not raw and sys.stdout.isatty():
-            from daemon.terminal import clean_json_text
+            from daemon.core.terminal import clean_json_text
 
             out = clean_json_text(out)
         click.echo(out)
@@ -251,7 +251,7 @@ def for_terminal(text: str, raw: bool = False, stream=None) -> str:
     """The text, without control sequences when it goes to a terminal (unless raw)."""
     if raw or not (stream or sys.stdout).isatty():
         return text
-    from daemon.terminal import clean
+    from daemon.core.terminal import clean
 
     return clean(text)
 
@@ -259,10 +259,10 @@ def for_terminal(text: str, raw: bool = False, stream=None) -> str:
 def open_daemon_state(home: Path | None):
     """The registry and store, for commands that work on the database directly."""
     from daemon.backends import tokens
-    from daemon.core import collect, default_home
+    from daemon.core.daemon import collect, default_home
+    from daemon.core.settings import Settings
+    from daemon.core.store import Store
     from daemon.plugins import get_plugin_manager
-    from daemon.settings import Settings
-    from daemon.store import Store
 
     registry = collect(get_plugin_manager())
     tokens.remember_warnings_in(home or default_home())
@@ -348,7 +348,7 @@ def settings_set(name: str, value: str, as_json: bool, home: Path | None) -> Non
 
 def _change_setting(home: Path | None, name: str, value: str | None, as_json: bool) -> None:
     """Store a new value (None: the default) and show the result."""
-    from daemon.core import parse_setting
+    from daemon.core.daemon import parse_setting
 
     registry, store, s = open_daemon_state(home)
     try:
@@ -394,7 +394,7 @@ def rules_list(session: str | None, as_json: bool, home: Path | None) -> None:
     """Every rule, the built-in defaults among them, with its id."""
     import json
 
-    from daemon import rules as r
+    from daemon.agent import rules as r
 
     READ_ONLY_NOTE = r.READ_ONLY_NOTE  # noqa: N806
     _, store, _ = open_daemon_state(home)
@@ -438,8 +438,8 @@ def rules_add(
     home: Path | None,
 ) -> None:
     """Make a rule: PATTERN is a program and its first words (git commit) or mcp:SERVER:TOOL."""
-    from daemon import rules as r
-    from daemon.core import default_home
+    from daemon.agent import rules as r
+    from daemon.core.daemon import default_home
 
     if everywhere and directory:
         fail("Give --dir or --everywhere, not both.")
@@ -466,7 +466,7 @@ def rules_add(
 @home_option
 def rules_remove(rule_id: int, home: Path | None) -> None:
     """Remove a rule by its id (lmd rules list shows them)."""
-    from daemon import rules as r
+    from daemon.agent import rules as r
 
     _, store, _ = open_daemon_state(home)
     try:
@@ -570,7 +570,7 @@ def history(
         listing = resolve(history, chosen[0])
         ctx.invoke(listing, session=session, limit=limit, as_json=as_json, home=home)
         return
-    from daemon.karma import prompt_rows
+    from daemon.core.karma import prompt_rows
 
     _, store, s = open_daemon_state(home)
     rows = prompt_rows(store.history(session, limit), s, time.time())
@@ -610,7 +610,7 @@ def history(
 @home_option
 def history_promote(prompt_id: int, home: Path | None) -> None:
     """Make a prompt operative: it gets operative_karma and stays in context longer."""
-    from daemon import karma
+    from daemon.core import karma
 
     _, store, s = open_daemon_state(home)
     if store.prompt(prompt_id) is None:
@@ -684,7 +684,7 @@ def plugins(as_json: bool) -> None:
     import json
 
     from daemon.backends import tokens
-    from daemon.core import collect
+    from daemon.core.daemon import collect
     from daemon.plugins import describe, get_plugin_manager
 
     pm = get_plugin_manager()

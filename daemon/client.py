@@ -15,7 +15,7 @@ import os
 import socket
 from typing import Any
 
-from daemon.home import client_token, is_loopback_url
+from daemon.core.home import client_token, is_loopback_url
 
 DEFAULT_URL = "http://127.0.0.1:8420"
 
@@ -220,9 +220,9 @@ def _error_sentence(raw: bytes) -> str:
 
 
 def client_name() -> str:
-    """Who hears a question lmd asks (X-Lmd-Client): LMD_CLIENT, else `lmd say` in this
-    terminal (its session id: every `lmd say` typed in one terminal is one client, and a
-    "yes" typed in another terminal answers nothing it did not hear). See daemon.approvals."""
+    """Who hears a question lmd asks (X-Lmd-Client): LMD_CLIENT, else `lmd say` in this terminal
+    (its session id: every `lmd say` typed in one terminal is one client, and a "yes" typed in
+    another terminal answers nothing it did not hear). See daemon.core.approvals."""
     name = os.environ.get("LMD_CLIENT", "").strip()
     if name and name.isascii() and name.isprintable():
         return name[:128]

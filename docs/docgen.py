@@ -51,7 +51,7 @@ def builtin_plugin_manager() -> pluggy.PluginManager:
 
 def builtin_settings() -> list:
     """Every built-in Setting: the core's first, then each plugin's in pyproject order."""
-    from daemon.core import collect
+    from daemon.core.daemon import collect
 
     specs = list(collect(builtin_plugin_manager()).specs.values())
     order = ["core", *builtin_entry_points()]
@@ -88,7 +88,7 @@ def settings_sql() -> str:
 
 def settings_schema() -> str:
     """The tables and triggers that tell the user's values from lmd's defaults."""
-    from daemon.defaults import SCHEMA
+    from daemon.core.defaults import SCHEMA
 
     return SCHEMA.lstrip("\n")
 
@@ -103,7 +103,7 @@ def settings_tables() -> str:
     for plugin, specs in _by_plugin(builtin_settings()).items():
         title, page = PAGES.get(plugin, (plugin, None))
         out.append(f"\n## {title}\n\n")
-        source = "`daemon/core_settings.py`" if plugin == "core" else f"the plugin `{plugin}`"
+        source = "`daemon/core/core_settings.py`" if plugin == "core" else f"the plugin `{plugin}`"
         where = f"; explained in [{page.removesuffix('.md')}]({page})" if page else ""
         out.append(f"Declared by {source}{where}.\n\n")
         out.append("| setting | default | allowed | meaning |\n|---|---|---|---|\n")
@@ -119,8 +119,8 @@ def settings_tables() -> str:
 
 
 def protected_settings() -> str:
-    """The protected settings by what they shape (daemon.settings.SHAPES)."""
-    from daemon.settings import SHAPES
+    """The protected settings by what they shape (daemon.core.settings.SHAPES)."""
+    from daemon.core.settings import SHAPES
 
     specs = builtin_settings()
     out = ["| shapes | what that is | the settings |\n|---|---|---|\n"]
@@ -131,8 +131,8 @@ def protected_settings() -> str:
 
 
 def rule_reading() -> str:
-    """What daemon/effective.py knows: wrappers, interpreters, programs' moving options."""
-    from daemon import effective
+    """What daemon/agent/effective.py knows: wrappers, interpreters, programs' moving options."""
+    from daemon.agent import effective
 
     def names(items) -> str:
         return ", ".join(f"`{n}`" for n in sorted(items))

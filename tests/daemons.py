@@ -53,9 +53,9 @@ def configure(home: Path, probed: tuple[str, str, str] | None = None, **settings
     new home's database starts as a copy of one lmd made and migrated in this process (the
     migration is the costly part of a fresh database, and a run makes a thousand homes), with
     the mode lmd gives its own; lmd's migration then runs on it as on any existing home."""
-    from daemon.core import collect
+    from daemon.core.daemon import collect
+    from daemon.core.store import Store
     from daemon.plugins import get_plugin_manager
-    from daemon.store import Store
 
     registry = collect(get_plugin_manager())
     path = Path(home) / "lmd.db"
@@ -412,7 +412,7 @@ def install_plugin(site: Path, module: str, source: str, entry: str | None = Non
 # A mode that runs its words as a bash command through daemon.execution.runner (as marat will).
 COMMAND_MODE = """
 from daemon.hookspecs import hookimpl
-from daemon.modes import Mode
+from daemon.core.modes import Mode
 
 
 async def respond(ctx):

@@ -46,7 +46,7 @@ def probe_once(server: EmbeddedServer, shared: Path | None = None) -> str:
     `shared`: a directory the run's test workers share, where the first probe of a server of
     this model file is kept for the other servers and workers (the 256-token `small_model`
     too), as lmd keeps an embedded model's capabilities per model file, whatever its context
-    (`identity` in daemon/core.py)."""
+    (`identity` in daemon/core/daemon.py)."""
     if server.url not in _PROBED:
         from daemon.backends.capabilities import Capabilities, shared_cache
 
@@ -92,7 +92,7 @@ def _probe(server: EmbeddedServer) -> str:
 def configure_real_home(home: Path, server: EmbeddedServer, **settings: object) -> Path:
     """A home whose backend is the real model server (the key goes in the environment), with
     the server's capabilities already in its database, as a daemon that probed it keeps them."""
-    from daemon.store import Store
+    from daemon.core.store import Store
 
     configure(
         home,

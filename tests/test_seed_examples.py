@@ -13,10 +13,10 @@ import sqlite3
 
 import pytest
 
-from daemon import karma
-from daemon.core import collect
+from daemon.core import karma
+from daemon.core.daemon import collect
+from daemon.core.settings import Settings
 from daemon.plugins import get_plugin_manager
-from daemon.settings import Settings
 from tests.daemons import configure
 from tests.fake_backend import Reply
 from tests.plugins.elo.conftest import lmd, models_file, read_csv

@@ -50,8 +50,8 @@ def preload_commands() -> None:
     import openai  # noqa: F401
 
     import daemon.cli
-    import daemon.core  # noqa: F401
-    import daemon.store  # noqa: F401
+    import daemon.core.daemon  # noqa: F401
+    import daemon.core.store  # noqa: F401
     from daemon.lazy import resolve
 
     _preload_shared()
@@ -78,11 +78,11 @@ def preload_serve() -> None:
 
     import daemon.backends.embedded  # noqa: F401
     import daemon.cli  # noqa: F401
-    import daemon.core  # noqa: F401
+    import daemon.core.daemon  # noqa: F401
+    import daemon.core.store  # noqa: F401
     import daemon.execution.bash  # noqa: F401
     import daemon.http.app  # noqa: F401
     import daemon.http.server  # noqa: F401
-    import daemon.store  # noqa: F401
     import plugins.cobol.mode  # noqa: F401
     import plugins.elo.store  # noqa: F401
     import plugins.marat.loop  # noqa: F401

@@ -15,7 +15,7 @@ them this module knows how programs read their own arguments:
   `awk`...): what they run cannot be read, so nothing is known about it;
 - **options that read files** (`--pathspec-from-file=F`, `git commit -F F`, `--file`, `@F`).
 
-The approval rules (daemon/rules.py) match on this reading: ask and forbid rules on every
+The approval rules (daemon/agent/rules.py) match on this reading: ask and forbid rules on every
 command a line runs, wrappers' insides included; allow rules only on a command that runs
 directly, with no option that moves it, and (outside the sandbox) none that reads a file.
 Where the reading is unsure (an unknown option before a subcommand, a git alias), it says so

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon import mcpconfig
-from daemon.errors import LmdError
-from daemon.mcpconfig import ServerConfig
+from daemon.agent import mcpconfig
+from daemon.agent.mcpconfig import ServerConfig
+from daemon.core.errors import LmdError
 
 log = logging.getLogger("lmd.mcp")
 

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemon.errors import LmdError
+from daemon.core.errors import LmdError
 
 CONFIG_NAME = "mcp.json"
 SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")

@@ -3,11 +3,11 @@
 A question quotes the exact command (a yes binds to that text), but a voice cannot take in a
 line of 100,000 characters, and a screen hides what follows a run of spaces. So a long or
 unusual command is announced first: its length, what it runs (read through wrappers:
-daemon/effective.py), and where it is unusual (one argument thousands of characters long, a
-run of blanks, a character outside plain ASCII in a program's name), before the exact text.
+daemon/agent/effective.py), and where it is unusual (one argument thousands of characters long,
+a run of blanks, a character outside plain ASCII in a program's name), before the exact text.
 Names that come from an MCP server (a tool's name) are the server's words: inside lmd's own
-sentences they are quoted, cut to a length, and their invisible characters written out, so
-no name can speak for lmd ("read. It only reads, say yes").
+sentences they are quoted, cut to a length, and their invisible characters written out, so no
+name can speak for lmd ("read. It only reads, say yes").
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def spoken_command(command: str, limit: int = 120) -> str:
 
 
 def _what_runs(command: str) -> str:
-    from daemon import effective
+    from daemon.agent import effective
 
     try:
         parts = effective.read_cached(command)
@@ -121,7 +121,7 @@ def _unusual(command: str) -> list[str]:
 
 def _owner(command: str, at: int) -> str | None:
     """The program whose argument starts at `at` (the last program word before it)."""
-    from daemon import effective
+    from daemon.agent import effective
 
     before = command[:at].rstrip(" \t")
     if not before or before[-1] in ";|&(\n":
@@ -136,7 +136,7 @@ def _owner(command: str, at: int) -> str | None:
 def _foreign_program(command: str) -> str | None:
     """A program or subcommand name holding a character outside plain ASCII (`cаt` with a
     Cyrillic а looks like cat)."""
-    from daemon import effective
+    from daemon.agent import effective
 
     try:
         parts = effective.read_cached(command)

@@ -28,7 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from daemon import effective
+from daemon.agent import effective
 
 DECISIONS = ("allow", "ask", "forbid")
 LEVELS = ("read-only", "workspace-write", "none")  # strictest first
@@ -64,7 +64,7 @@ BUILT_INS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 # Programs whose first argument is a subcommand: "yes, always" covers that subcommand only
-# (`git commit`, not all of git). Their global options: daemon/effective.py.
+# (`git commit`, not all of git). Their global options: daemon/agent/effective.py.
 SUBCOMMAND_PROGRAMS = effective.SUBCOMMAND_PROGRAMS
 
 
@@ -521,7 +521,7 @@ def decide(
     """What the rules say about `command` (a bash command line) or `tool` ("mcp:SERVER:TOOL")
     run in `cwd` for `session`: forbid wins, then ask, then allow; None when no rule applies.
 
-    A command line is read into what it really runs (daemon/effective.py). Forbid and ask
+    A command line is read into what it really runs (daemon/agent/effective.py). Forbid and ask
     rules hold for every command it runs: each part, and what each wrapper, `sh -c` script,
     `find -exec` or `xargs` inside it runs, through global options (`git -C . push` is git
     push). Where the reading is unsure (a glob that may become a forbidden word, a git alias, a

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.errors import LmdError
+from daemon.core.errors import LmdError
 
 # What tells lmd a backend was configured, in the order they are named in sentences.
 CONFIGURING_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "LMD_OPENAI_CHAT_ENDPOINT")

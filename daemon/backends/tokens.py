@@ -69,7 +69,7 @@ def _warn_once(reason: str) -> None:
         _warned = True
     marker = _marker
     if marker is None:
-        from daemon.home import default_home
+        from daemon.core.home import default_home
 
         marker = default_home() / WARNED_FILE
     if marker.exists():

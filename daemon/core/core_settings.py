@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from daemon.settings import Setting
+from daemon.core.settings import Setting
 
 
 def _check_aliases(value: object) -> str | None:
@@ -140,7 +140,7 @@ SANDBOX_SETTINGS = [
 ]
 
 
-# MCP servers are configured in LMD_HOME/mcp.json (daemon/mcpconfig.py); these bound them.
+# MCP servers are configured in LMD_HOME/mcp.json (daemon/agent/mcpconfig.py); these bound them.
 MCP_SETTINGS = [
     Setting(
         "mcp_start_timeout_secs",
@@ -195,7 +195,7 @@ def _check_gguf(value: object) -> str | None:
     from pathlib import Path
 
     from daemon.backends.embedded import check_gguf
-    from daemon.errors import LmdError
+    from daemon.core.errors import LmdError
 
     try:
         check_gguf(Path(str(value)).expanduser())

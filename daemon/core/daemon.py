@@ -13,12 +13,12 @@ from typing import Any, NamedTuple
 
 import pluggy
 
-from daemon.core_settings import CORE_SETTINGS
-from daemon.errors import LmdError
-from daemon.home import default_home, secure_home
-from daemon.modes import Mode
+from daemon.core.core_settings import CORE_SETTINGS
+from daemon.core.errors import LmdError
+from daemon.core.home import default_home, secure_home
+from daemon.core.modes import Mode
+from daemon.core.settings import Setting, SettingError, Settings
 from daemon.plugins import get_plugin_manager
-from daemon.settings import Setting, SettingError, Settings
 
 __all__ = ["Daemon", "Registry", "Route", "collect", "default_home", "parse_setting"]
 
@@ -34,7 +34,7 @@ def check_setting(registry: Registry, name: str, value: Any) -> None:
 
 def parse_setting(registry: Registry, name: str, raw: Any) -> Any:
     """A new value for a setting, checked like every way of setting it (CLI, HTTP, knob)."""
-    from daemon.settings import Settings
+    from daemon.core.settings import Settings
 
     value = Settings(registry.specs, {}).spec(name).parse(raw)
     check_setting(registry, name, value)
@@ -159,7 +159,7 @@ class Daemon:
         pm: pluggy.PluginManager | None = None,
         token: str | None = None,
     ) -> None:
-        from daemon.store import Store
+        from daemon.core.store import Store
 
         self.home = Path(home) if home else default_home()
         self.pm = pm or get_plugin_manager()
@@ -269,7 +269,7 @@ class Daemon:
         return self._capabilities
 
     def directive_table(self, settings: Settings) -> dict:
-        from daemon.directives import build_table
+        from daemon.core.directives import build_table
 
         aliases = dict(settings["directive_aliases"])
         for mode in self.modes.values():

@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from daemon.errors import LmdError
+from daemon.core.errors import LmdError
 
 TOKEN_NAME = "token"
 # What an Authorization header can carry as a bearer token (RFC 6750's token68, plus "~").
@@ -80,7 +80,7 @@ def read_token_file(path: Path, where: str | None = None) -> str:
 
 def write_private(path: Path, text: str) -> None:
     """Write a secret atomically, 0600 from the first byte."""
-    from daemon.paths import write_atomic
+    from daemon.core.paths import write_atomic
 
     write_atomic(path, text, secret=True)
 

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from daemon.backends.llm import LLM
-    from daemon.core import Daemon
-    from daemon.settings import Settings
-    from daemon.store import Prompt, Session, Store
+    from daemon.core.daemon import Daemon
+    from daemon.core.settings import Settings
+    from daemon.core.store import Prompt, Session, Store
 
 
 # Imported on first use: plugins import this module (for Mode) when `lmd --help` lists their
@@ -28,7 +28,7 @@ def _tokens():
 
 
 def _karma():
-    from daemon import karma
+    from daemon.core import karma
 
     return karma
 
@@ -141,8 +141,8 @@ class Context:
     def set_pending(self, pending: dict | None) -> None:
         """Wait for the user's next utterance (e.g. an approval); None clears it. The question
         gets its identity and remembers that this request's client heard it (a question kept
-        open, with its id, keeps it: daemon.approvals)."""
-        from daemon.approvals import new_question, public
+        open, with its id, keeps it: daemon.core.approvals)."""
+        from daemon.core.approvals import new_question, public
 
         if pending is None:
             self.session.pending = None
@@ -154,7 +154,7 @@ class Context:
     def keep_pending(self, pending: dict) -> None:
         """The question stays open as it was (its id, its time); this request's client has
         now heard it (an answer lmd could not use, or a question said again)."""
-        from daemon.approvals import new_question, public
+        from daemon.core.approvals import new_question, public
 
         self.session.pending = new_question(pending)
         self.extra["pending"] = public(self.session.pending)

@@ -22,7 +22,7 @@ import secrets
 from collections.abc import Iterable
 from pathlib import Path
 
-from daemon.errors import LmdError
+from daemon.core.errors import LmdError
 
 
 def refuse_overwrite(path: str | Path | None, force: bool, flag: str = "--force") -> None:

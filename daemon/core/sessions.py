@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from daemon.directives import Parsed
-from daemon.store import Session
+from daemon.core.directives import Parsed
+from daemon.core.store import Session
 
 
 def resolve(
@@ -15,7 +15,7 @@ def resolve(
     pending = session.pending if fresh else None
     if parsed.mode is not None:
         if pending and pending.get("mode") == parsed.mode and parsed.rest:
-            from daemon.approvals import is_answer
+            from daemon.core.approvals import is_answer
 
             if is_answer(parsed.rest):
                 return parsed.mode, pending

@@ -1,10 +1,10 @@
 """Typed settings: declarations, parsing with clear errors, and the layered view.
 
-A value comes from, in order: the environment (`LMD_<NAME>`), the `settings` table, the
-declared default. Its source says which: "env", "set" (a value the user chose) or "default"
-(the declared default, also when the table holds it: daemon/defaults.py keeps those current).
-Every value is parsed by its declaration, so a bad one is refused with a sentence naming the
-setting, the value and what is allowed.
+A value comes from, in order: the environment (`LMD_<NAME>`), the `settings` table, the declared
+default. Its source says which: "env", "set" (a value the user chose) or "default" (the declared
+default, also when the table holds it: daemon/core/defaults.py keeps those current). Every value
+is parsed by its declaration, so a bad one is refused with a sentence naming the setting, the
+value and what is allowed.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.errors import LmdError
+from daemon.core.errors import LmdError
 
 TRUE_WORDS = {"true", "t", "yes", "y", "on", "1"}
 FALSE_WORDS = {"false", "f", "no", "n", "off", "0"}

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon.errors import LmdError
+from daemon.core.errors import LmdError
 
 MAX_PARTS = 1_000_000
 _SPEC = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")

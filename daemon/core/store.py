@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon import defaults
+from daemon.core import defaults
 
 
 def _import_sqlite_utils():
@@ -38,7 +38,7 @@ sqlite_utils = _import_sqlite_utils()
 
 # The settings table and what tells the user's values from lmd's defaults. settings.sql (the
 # generated reference of every default) holds the same schema; the defaults themselves are
-# written from the declarations by daemon/defaults.py.
+# written from the declarations by daemon/core/defaults.py.
 SETTINGS_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);"
     + defaults.SCHEMA
@@ -135,7 +135,7 @@ def m003_operative_karma(db: sqlite_utils.Database) -> None:
     """Promoted prompts got contextual_karma before operative_karma existed; give them the
     operative points, so the seed's order (operative above instructive) holds for old rows
     too. A row already worth more keeps its points."""
-    from daemon.core_settings import CORE_SETTINGS
+    from daemon.core.core_settings import CORE_SETTINGS
 
     points = next(s.default for s in CORE_SETTINGS if s.name == "operative_karma")
     if "settings" in db.table_names():
@@ -162,15 +162,15 @@ def m004_backend_capabilities(db: sqlite_utils.Database) -> None:
 
 
 def m005_rules(db: sqlite_utils.Database) -> None:
-    """The approval rules, with the built-in defaults (daemon/rules.py)."""
-    from daemon.rules import m005_rules as make
+    """The approval rules, with the built-in defaults (daemon/agent/rules.py)."""
+    from daemon.agent.rules import m005_rules as make
 
     make(db)
 
 
 def m006_rule_ids(db: sqlite_utils.Database) -> None:
-    """Rule ids never reused (daemon/rules.py)."""
-    from daemon.rules import m006_rule_ids as make
+    """Rule ids never reused (daemon/agent/rules.py)."""
+    from daemon.agent.rules import m006_rule_ids as make
 
     make(db)
 
@@ -263,7 +263,7 @@ class Store:
     ) -> list[str]:
         """Apply every migration not yet applied; return the names applied now. Then every
         declared setting (`specs`, else the core's) that the user did not choose is set to its
-        declared default (daemon/defaults.py)."""
+        declared default (daemon/core/defaults.py)."""
         with self.lock:
             self.db.execute(
                 "CREATE TABLE IF NOT EXISTS _lmd_migrations"
@@ -288,7 +288,7 @@ class Store:
 
     def _follow_defaults(self, specs: Mapping[str, Any] | None) -> None:
         if specs is None:
-            from daemon.core_settings import CORE_SETTINGS
+            from daemon.core.core_settings import CORE_SETTINGS
 
             specs = {s.name: s for s in CORE_SETTINGS}
         self.db.executescript(SETTINGS_SCHEMA)

@@ -3,9 +3,9 @@
 The grammar is tree-sitter-bash (the one GitHub and the editors use). Before parsing,
 backslash-newline pairs are joined as bash joins them. Anything this reading does not model
 (command substitution, expansions, subshells, compound statements, background jobs,
-here-documents, variable assignments, redirection to a file, control characters, a parse
-error) raises `Unmodelled`: callers then know nothing about the command and ask the user.
-marat's read-only classifier and the approval rules (daemon/rules.py) both read commands here.
+here-documents, variable assignments, redirection to a file, control characters, a parse error)
+raises `Unmodelled`: callers then know nothing about the command and ask the user. marat's
+read-only classifier and the approval rules (daemon/agent/rules.py) both read commands here.
 """
 
 from __future__ import annotations

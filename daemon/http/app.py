@@ -20,15 +20,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from daemon import __version__, karma
-from daemon.approvals import own_session
-from daemon.core import Daemon, route_keys
-from daemon.errors import LmdError
+from daemon import __version__
+from daemon.core import karma
+from daemon.core.approvals import own_session
+from daemon.core.daemon import Daemon, route_keys
+from daemon.core.errors import LmdError
+from daemon.core.settings import SettingError, refuse_if_protected
+from daemon.core.speak import unfence, wants_raw, wants_speech
+from daemon.core.turn import Outcome
 from daemon.http import backend, relay
 from daemon.http.guard import Guard, same_user, token_presented
-from daemon.http.turn import Outcome, TurnReply
-from daemon.settings import SettingError, refuse_if_protected
-from daemon.speak import unfence, wants_raw, wants_speech
+from daemon.http.reply import TurnReply
 
 log = logging.getLogger("lmd.app")
 
@@ -229,7 +231,7 @@ async def v1(request: Request) -> Response:
         events = turn.events(LmdEvents(turn.outcome))
         return StreamingResponse(events, media_type="text/event-stream")
     reply = await turn.whole()
-    # the question this reply asks, for a client that answers by its id (daemon.approvals)
+    # the question this reply asks, for a client that answers by its id (daemon.core.approvals)
     asked = {"X-Lmd-Question": turn.outcome.question} if turn.outcome.question else None
     if wants_json(request):
         return JSONResponse(turn.outcome.to_json(), headers=asked)

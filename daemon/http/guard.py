@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from daemon.approvals import REQUEST_AGENT, REQUEST_LISTENER, Listener
+from daemon.core.approvals import REQUEST_AGENT, REQUEST_LISTENER, Listener
 
 log = logging.getLogger("lmd.guard")
 
@@ -34,8 +34,8 @@ LOOPBACK_ORIGIN_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 OPEN_PATHS = {"/healthz"}
 
 # "token" (the request presented the daemon's token), "peer" (the kernel vouched for it),
-# "agent" (the token, but marked X-Lmd-Agent: a model's words relayed, see daemon.approvals) or
-# None (not an HTTP request: the CLI, a test calling a function).
+# "agent" (the token, but marked X-Lmd-Agent: a model's words relayed, see
+# daemon.core.approvals) or None (not an HTTP request: the CLI, a test calling a function).
 REQUEST_AUTH: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "lmd_request_auth", default=None
 )
@@ -114,7 +114,7 @@ class Guard:
                 agent = value
             elif key == b"x-lmd-approve":
                 approve = value.decode("latin-1").strip()
-            elif key == b"x-lmd-client":  # who hears a question (daemon.approvals)
+            elif key == b"x-lmd-client":  # who hears a question (daemon.core.approvals)
                 client = value.decode("latin-1").strip()[:128]
             elif key == b"x-lmd-question":  # the question an answer is for
                 question = value.decode("latin-1").strip()[:64]
@@ -273,7 +273,7 @@ def owner_only(app: Any, home: Any) -> Any:
     kernel's word that the client runs as the same user."""
     from pathlib import Path
 
-    from daemon.home import read_token_file, token_path
+    from daemon.core.home import read_token_file, token_path
     from daemon.http.peer import supported
 
     token = os.environ.get("LMD_TOKEN", "").strip() or None

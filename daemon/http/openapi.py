@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from daemon import __version__
 
 if TYPE_CHECKING:
-    from daemon.core import Daemon
+    from daemon.core.daemon import Daemon
 
 # What /v1 accepts: some non-space character and no NUL (ECMA regex, as JSON Schema uses).
 UTTERANCE = {"type": "string", "pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"}

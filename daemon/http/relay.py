@@ -15,7 +15,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from daemon.errors import BackendError, LmdError
+from daemon.core.errors import BackendError, LmdError
 
 # Request headers that mean something to the model server; the rest (the daemon's token
 # among them) stay here.

@@ -12,8 +12,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from daemon import rules
-from daemon.errors import LmdError
+from daemon.agent import rules
+from daemon.core.errors import LmdError
 from daemon.http.app import MAX_PROMPT_ID, read_json, session_name
 from daemon.http.guard import token_presented
 

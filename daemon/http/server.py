@@ -11,7 +11,7 @@ import socket
 import sys
 from pathlib import Path
 
-from daemon.errors import LmdError
+from daemon.core.errors import LmdError
 
 DEFAULT_PORT = 8420
 
@@ -120,7 +120,7 @@ def serve(
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config
 
-    from daemon.home import default_home, register_home, secure_home, server_token
+    from daemon.core.home import default_home, register_home, secure_home, server_token
     from daemon.http.app import create_app
     from daemon.http.peer import supported
 

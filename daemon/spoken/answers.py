@@ -367,7 +367,7 @@ def nothing_waiting(
 
 
 def _duration(secs: float) -> str:
-    from daemon.words import plural
+    from daemon.core.words import plural
 
     if secs >= 120 and secs % 60 == 0:
         return f"over {plural(int(secs // 60), 'minute')}"

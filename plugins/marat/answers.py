@@ -3,7 +3,7 @@ that", "what are my rules", "forget the git commit rule".
 
 Only ever read from what the user said (never from the model's words or a client relaying
 them). The rules themselves (their table, matching and sentences) are the core's
-(daemon/rules.py, through `daemon.api.rules`).
+(daemon/agent/rules.py, through `daemon.api.rules`).
 """
 
 from __future__ import annotations

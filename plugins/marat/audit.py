@@ -72,7 +72,7 @@ def m002_marat_sandbox(db: Any) -> None:
 
 
 def m003_marat_rule(db: Any) -> None:
-    """Which approval rule let a command run (or refused it): daemon/rules.py."""
+    """Which approval rule let a command run (or refused it): daemon/agent/rules.py."""
     db.execute("ALTER TABLE marat_commands ADD COLUMN rule_id INTEGER")
 
 

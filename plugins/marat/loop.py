@@ -238,10 +238,10 @@ def _pending_approval(ctx: Context) -> dict | None:
 
 def question(command: str, why: str = "", marked: bool = False) -> str:
     """The question that asks for a yes: the exact command, every line and character (marked
-    verbatim for the reply, so no plain, spoken or streamed form drops a line starting ``` or
-    a `*`, and an invisible character written out); a command of several lines, a long or an
-    unusual one says so first, for a voice (daemon/readback.py). Unmarked, it is the same text
-    (what the history keeps)."""
+    verbatim for the reply, so no plain, spoken or streamed form drops a line starting ``` or a
+    `*`, and an invisible character written out); a command of several lines, a long or an
+    unusual one says so first, for a voice (daemon/agent/readback.py). Unmarked, it is the same
+    text (what the history keeps)."""
     shown = verbatim(command) if marked else unmark(verbatim(command))
     about = describe_command(command)  # a long or unusual one: its length, what it runs, where
     if about:

@@ -1,8 +1,8 @@
 """MCP both ways: `lmd mcp list` shows the MCP servers marat may call (LMD_HOME/mcp.json), and
 `lmd mcp serve` lets MCP clients (editors, desktop assistants) use lmd itself.
 
-The client side lives in the core (daemon/mcpclient.py: started on first need, stopped with
-the daemon); this plugin adds the commands and GET /mcp/servers.
+The client side lives in the core (daemon/agent/mcpclient.py: started on first need, stopped
+with the daemon); this plugin adds the commands and GET /mcp/servers.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Agents get sessions of their own (daemon.approvals): a request marked X-Lmd-Agent speaks in
-agent:NAME on every route that takes a turn, and shapes no context but its own sessions'."""
+"""Agents get sessions of their own (daemon.core.approvals): a request marked X-Lmd-Agent speaks
+in agent:NAME on every route that takes a turn, and shapes no context but its own sessions'."""
 
 from __future__ import annotations
 
@@ -33,15 +33,16 @@ def test_an_agent_speaks_and_promotes_only_in_its_own_sessions(client, backend):
 
 
 def test_a_question_is_answered_only_by_who_heard_it():
-    """daemon.approvals on its own: the id, who heard it, the echoed id, an agent's rights."""
+    """daemon.core.approvals on its own: the id, who heard it, the echoed id, an agent's
+    rights."""
     import contextvars
 
     contextvars.copy_context().run(_who_heard_it)  # the request's marks stay in here
 
 
 def _who_heard_it() -> None:
-    from daemon import approvals
-    from daemon.approvals import REQUEST_AGENT, REQUEST_LISTENER, Listener
+    from daemon.core import approvals
+    from daemon.core.approvals import REQUEST_AGENT, REQUEST_LISTENER, Listener
 
     def as_client(name: str = "", question: str = "", agent: str | None = None):
         REQUEST_LISTENER.set(Listener(name, question))

@@ -138,11 +138,13 @@ def test_commands_on_the_database_import_nothing_heavy(tmp_path):
     assert modules_after(["settings", "set", "marat_approval", "never", "--home", home]) == set()
     assert modules_after(["settings", "list", "--home", home]) == set()
     assert modules_after(["history", "--home", home]) == set()
-    code = "import sys, daemon.store; print(sorted({'numpy', 'pandas'} & set(sys.modules)))"
+    code = "import sys, daemon.core.store; print(sorted({'numpy', 'pandas'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stderr
     # where numpy is in use already, sqlite-utils gets it as before
-    code = "import sys, numpy, daemon.store; print(daemon.store.sqlite_utils.db.np is numpy)"
+    code = (
+        "import sys, numpy, daemon.core.store; print(daemon.core.store.sqlite_utils.db.np is numpy)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "True", out.stderr
 
@@ -167,7 +169,13 @@ def test_help_lists_plugin_commands_without_importing_them():
                          "plugins.clients.commands"}  # fmt: skip
     # Listing makes no Setting or Mode (plugins make theirs in the hooks that register them),
     # and the help's width is read without shutil.
-    assert not loaded & {"daemon.settings", "daemon.modes", "dataclasses", "json", "shutil"}
+    assert not loaded & {
+        "daemon.core.settings",
+        "daemon.core.modes",
+        "dataclasses",
+        "json",
+        "shutil",
+    }
     for name in ("elo", "selectit", "score", "sql", "doctor", "history"):
         assert f"  {name} " in r.stdout
     # A group of its own: other tests in this process may have run (and so resolved) some

@@ -63,7 +63,7 @@ def test_leaving_mid_answer_on_the_real_model(daemon, real_model):
 
 
 def test_leaving_before_the_first_word_on_the_real_model(daemon, real_model):
-    from daemon.store import Store
+    from daemon.core.store import Store
 
     # some 500 tokens of digits before the question: seconds of reading for this CPU
     store = Store(daemon.home / "lmd.db")

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.directives import Parsed, build_table, parse
+from daemon.core.directives import Parsed, build_table, parse
 
 TABLE = build_table(["marat", "dali", "cobol"], {"marat": ["murat", "ma rat"], "dali": ["dolly"]})
 

@@ -1,8 +1,8 @@
-"""Rules match what runs (daemon/effective.py, daemon/rules.py): a command line is read into its
-effective commands through wrappers, interpreters and global options; ask and forbid rules hold
-for every one of them, allow rules only for a command that runs directly; an unsandboxed rule
-never covers a command that reads a file through its options or its input. The live-daemon
-attacks are in tests/plugins/marat/test_rules_corpus.py."""
+"""Rules match what runs (daemon/agent/effective.py, daemon/agent/rules.py): a command line is
+read into its effective commands through wrappers, interpreters and global options; ask and
+forbid rules hold for every one of them, allow rules only for a command that runs directly; an
+unsandboxed rule never covers a command that reads a file through its options or its input. The
+live-daemon attacks are in tests/plugins/marat/test_rules_corpus.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon import effective, rules
-from daemon.store import Store
+from daemon.agent import effective, rules
+from daemon.core.store import Store
 
 
 @pytest.fixture
@@ -281,7 +281,8 @@ def test_yes_always_for_a_wrapped_command_makes_no_rule_and_says_why(store, tmp_
 
 
 def test_every_wrapper_lmd_knows_is_read_through(store):
-    """Generated from daemon/effective.py's tables: a wrapper added there is tested here."""
+    """Generated from daemon/agent/effective.py's tables: a wrapper added there is tested
+    here."""
     from tests.plugins.marat.test_rules_corpus import every_wrapper
 
     rules.add_rule(store, "forbid", "git push", origin="voice")

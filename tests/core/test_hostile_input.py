@@ -212,7 +212,7 @@ TABLE_ALIASES = {"marat": ["murat", "ma rat"], "dali": ["dolly"]}
 
 
 def table():
-    from daemon.directives import build_table
+    from daemon.core.directives import build_table
 
     return build_table(MODES, TABLE_ALIASES)
 
@@ -220,7 +220,7 @@ def table():
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(max_size=200))
 def test_directive_parser_never_fails_on_any_text(text):
-    from daemon.directives import parse
+    from daemon.core.directives import parse
 
     parsed = parse(text, table())
     assert parsed.mode is None or parsed.mode in MODES
@@ -237,7 +237,7 @@ def test_directive_parser_never_fails_on_any_text(text):
     st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=60),
 )
 def test_a_spoken_directive_is_found_whatever_surrounds_it(word, sep, lead, rest):
-    from daemon.directives import fold, parse
+    from daemon.core.directives import fold, parse
 
     rest = rest.strip()
     text = f"{lead}{word}{sep or ' '}{rest}"
@@ -252,7 +252,7 @@ def test_a_spoken_directive_is_found_whatever_surrounds_it(word, sep, lead, rest
 @functools.cache
 def all_specs():
     """Every setting: the core's and every built-in plugin's."""
-    from daemon.core import collect
+    from daemon.core.daemon import collect
     from daemon.plugins import load_plugins
 
     return list(collect(load_plugins()).specs.values())
@@ -273,7 +273,7 @@ RAW = st.one_of(
 @settings(max_examples=600, deadline=None)
 @given(st.deferred(lambda: st.sampled_from(all_specs())), RAW)
 def test_settings_parser_refuses_with_a_sentence_or_round_trips(spec, raw):
-    from daemon.settings import SettingError
+    from daemon.core.settings import SettingError
 
     try:
         value = spec.parse(raw)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.errors import LmdError
+from daemon.core.errors import LmdError
 from daemon.http.app import MAX_INT_DIGITS, parse_json
 
 TOKEN = "json-test-token"

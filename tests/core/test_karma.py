@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon import karma
-from daemon.core_settings import CORE_SETTINGS
+from daemon.core import karma
+from daemon.core.core_settings import CORE_SETTINGS
 
 P = karma.Params(xi=10.0, phi=0.01, tau=300.0, zeta=3.0)
 NOW = 1_000_000.0

@@ -93,7 +93,7 @@ def test_stream_sends_stream_true_and_yields_the_words(backend):
 
 
 def test_per_call_timeout_is_honoured(backend):
-    from daemon.errors import BackendError
+    from daemon.core.errors import BackendError
 
     backend.queue(Reply("late", delay=2))
     started = time.monotonic()

@@ -1,5 +1,5 @@
-"""Project memory (daemon/memory.py): AGENTS.md and friends from the repository root down to
-the working directory, capped, and malformed files handled; what reaches marat's model."""
+"""Project memory (daemon/agent/memory.py): AGENTS.md and friends from the repository root down
+to the working directory, capped, and malformed files handled; what reaches marat's model."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.memory import project_memory
+from daemon.agent.memory import project_memory
 
 
 def settings(names=("AGENTS.md",), cap=8000) -> dict:
@@ -218,7 +218,7 @@ def test_as_an_ordinary_user_roots_repository_above_is_not_read(tmp_path):
     home.mkdir()
     chown(home, user)
     code = (
-        "import json, sys; from daemon.memory import project_memory; "
+        "import json, sys; from daemon.agent.memory import project_memory; "
         "m = project_memory(sys.argv[1], {'project_memory_files': ['AGENTS.md'], "
         "'project_memory_max_chars': 8000}); print(json.dumps([m.text, m.files]))"
     )

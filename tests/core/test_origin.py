@@ -116,8 +116,8 @@ def test_allowed_origins_lets_a_listed_page_in_with_cors(make_client, backend):
     ],
 )
 def test_allowed_origins_values_are_checked(value):
-    from daemon.core_settings import CORE_SETTINGS
-    from daemon.settings import SettingError
+    from daemon.core.core_settings import CORE_SETTINGS
+    from daemon.core.settings import SettingError
 
     spec = {s.name: s for s in CORE_SETTINGS}["allowed_origins"]
     with pytest.raises(SettingError, match="allowed_origins cannot be"):
@@ -198,7 +198,7 @@ def load_in_chromium(url: str, profile: Path) -> str:
 
 
 def stored(home: Path) -> list[str]:
-    from daemon.store import Store
+    from daemon.core.store import Store
 
     store = Store(home / "lmd.db")
     try:

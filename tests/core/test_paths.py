@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.errors import LmdError
-from daemon.paths import allowed_http_path, refuse_overwrite
+from daemon.core.errors import LmdError
+from daemon.core.paths import allowed_http_path, refuse_overwrite
 
 
 def test_refuse_overwrite_rules(tmp_path):

@@ -15,7 +15,7 @@ import json
 import pytest
 
 from daemon.backends.llm import LLM
-from daemon.errors import BackendError
+from daemon.core.errors import BackendError
 from tests.fake_backend import Reply
 
 HISTORY = [

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.store import Store
+from daemon.core.store import Store
 from tests.daemons import ROOT
 
 

@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from daemon.errors import LmdError
-from daemon.home import TOKEN_SHAPE, secure_home, server_token
-from daemon.paths import write_atomic
+from daemon.core.errors import LmdError
+from daemon.core.home import TOKEN_SHAPE, secure_home, server_token
+from daemon.core.paths import write_atomic
 from tests.daemons import ROOT, free_port
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.settings import SHAPES, Setting
+from daemon.core.settings import SHAPES, Setting
 
 TOKEN = "tok-protected-settings-test"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from daemon import api
-from daemon.core import collect
-from daemon.errors import LmdError
+from daemon.core.daemon import collect
+from daemon.core.errors import LmdError
 from tests.daemons import ROOT, plugin_module
 
 HEAVY = ("openai", "tiktoken", "numpy", "starlette", "hypercorn", "httpx", "httpx2")
@@ -25,8 +25,8 @@ def test_all_is_the_groups_and_every_name_resolves_with_a_summary():
         assert getattr(api, name) is not None
         assert api.summary(name), f"{name} needs a docstring (docs/plugins.md shows it)"
     # The same objects as the private modules hold: one definition, re-exported.
-    from daemon.modes import Mode
-    from daemon.settings import Setting
+    from daemon.core.modes import Mode
+    from daemon.core.settings import Setting
 
     assert api.Mode is Mode and api.Setting is Setting
     assert api.tokens.count("hello") >= 1  # a module namespace, not an attribute
@@ -250,7 +250,7 @@ def test_a_plugin_route_over_a_core_route_is_refused(home):
 
 # -- what moved out of the core -------------------------------------------------------------
 def test_modes_declare_their_spoken_aliases_and_the_setting_adds_more(make_client, backend):
-    from daemon.core_settings import CORE_SETTINGS
+    from daemon.core.core_settings import CORE_SETTINGS
 
     assert next(s for s in CORE_SETTINGS if s.name == "directive_aliases").default == {}
     c = make_client(directive_aliases={"dali": ["chatty"]})

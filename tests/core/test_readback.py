@@ -1,5 +1,5 @@
-"""What lmd says about a command or a tool (daemon/readback.py): long and unusual commands are
-announced with their length, what they run and where they are unusual; a server's names are
+"""What lmd says about a command or a tool (daemon/agent/readback.py): long and unusual commands
+are announced with their length, what they run and where they are unusual; a server's names are
 quoted and cut; "what did you run?" is recognised. The live-daemon checks are in
 tests/plugins/marat/test_rules_corpus.py and tests/plugins/mcp/test_spoken_names.py."""
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from daemon.readback import describe_command, quoted_name, spoken_command
+from daemon.agent.readback import describe_command, quoted_name, spoken_command
 from plugins.marat.audit import asks_what_ran
 
 

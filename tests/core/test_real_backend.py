@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from daemon.backends.tokens import estimate
-from daemon.http.turn import LENGTH_NOTE
+from daemon.core.turn import LENGTH_NOTE
 from tests.daemons import LiveDaemon, configure, say, wait_for
 from tests.real_model import configure_real_home
 
@@ -67,7 +67,7 @@ def test_a_long_digit_heavy_history_near_the_context_limit_never_sticks(small_mo
     """Numbers cost a token a digit in this tokenizer (the old estimate said a quarter of
     that): a history over the server's context must still be answered, turn after turn."""
     home = configure_real_home(tmp_path / "h", small_model, reply_max_tokens=8)
-    from daemon.store import Store
+    from daemon.core.store import Store
 
     store = Store(home / "lmd.db")
     numbers = " ".join(str(1000000 + i) for i in range(12))  # ~96 real tokens
@@ -120,7 +120,7 @@ def test_a_timeout_cancels_the_generation_at_the_server(small_model, tmp_path):
     the next turn is not stuck behind the abandoned one."""
     home = configure_real_home(tmp_path / "h", small_model, reply_max_tokens=200)
     configure(home, llm_timeout_secs=0.2)  # reading the prompt alone takes longer
-    from daemon.store import Store
+    from daemon.core.store import Store
 
     store = Store(home / "lmd.db")
     store.add_prompt("t", "user", " ".join(str(3000000 + i) for i in range(15)), tokens=9,

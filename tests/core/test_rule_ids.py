@@ -11,9 +11,9 @@ from pathlib import Path
 
 import sqlite_utils
 
-from daemon import rules
-from daemon import store as store_module
-from daemon.store import Store
+from daemon.agent import rules
+from daemon.core import store as store_module
+from daemon.core.store import Store
 
 
 def test_a_removed_rules_id_is_never_given_again(tmp_path: Path):

@@ -1,5 +1,5 @@
-"""Approval rules (daemon/rules.py): matching on the parsed command, scopes and lifetimes, the
-built-in defaults, `lmd rules` and the HTTP routes (the spoken answers that make rules:
+"""Approval rules (daemon/agent/rules.py): matching on the parsed command, scopes and lifetimes,
+the built-in defaults, `lmd rules` and the HTTP routes (the spoken answers that make rules:
 tests/plugins/marat/test_answers.py)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon import rules
-from daemon.store import Store
+from daemon.agent import rules
+from daemon.core.store import Store
 from plugins.marat import answers
 from tests.daemons import lmd_in_process
 

@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
+from daemon.core.home import known_homes, register_home
 from daemon.execution import sandbox
 from daemon.execution.runner import run_command
-from daemon.home import known_homes, register_home
 
 pytestmark = pytest.mark.bwrap
 
@@ -86,7 +86,7 @@ def test_the_registry_of_homes_forgets_deleted_ones(tmp_path, monkeypatch):
 def test_the_running_daemons_token_file_is_hidden_without_the_registry(tmp_path, monkeypatch):
     """The registry cannot be written (a read-only home, a full disk): the daemon's own token
     file, given with --token-file outside any home, stays hidden all the same."""
-    from daemon import home as lmd_home
+    from daemon.core import home as lmd_home
 
     blocked = tmp_path / "state"
     blocked.write_text("a file where the registry's folder would go\n")

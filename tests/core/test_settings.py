@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from daemon.core import collect
+from daemon.core.daemon import collect
+from daemon.core.settings import Setting, SettingError, Settings
 from daemon.plugins import get_plugin_manager
-from daemon.settings import Setting, SettingError, Settings
 from tests.daemons import lmd_in_process
 from tests.test_seed_examples import SEED_SETTINGS
 
@@ -142,7 +142,7 @@ def test_cli_refuses_bad_values_and_unknown_names(home):
 
 def test_user_values_survive_a_restart(home):
     lmd("settings", "set", "system", "Debian 12", home=home)
-    from daemon.store import Store
+    from daemon.core.store import Store
 
     store = Store(home / "lmd.db")
     store.migrate(specs=builtin_specs())  # every start follows the defaults again
@@ -157,7 +157,7 @@ def _upgraded(path, specs, changes: dict):
     one listing the old default in past_defaults, as docs/development.md asks)."""
     import dataclasses
 
-    from daemon.store import Store
+    from daemon.core.store import Store
 
     new = {
         n: dataclasses.replace(s, default=changes[n], past_defaults=(*s.past_defaults, s.default))

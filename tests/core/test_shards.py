@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from daemon.cli import LmdGroup
-from daemon.errors import LmdError
-from daemon.shards import Shard, describe_parts, parse_shard, part_of
+from daemon.core.errors import LmdError
+from daemon.core.shards import Shard, describe_parts, parse_shard, part_of
 
 
 @pytest.mark.parametrize(

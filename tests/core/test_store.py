@@ -5,7 +5,7 @@ import sqlite3
 
 import pytest
 
-from daemon.store import Session, Store
+from daemon.core.store import Session, Store
 
 
 def test_wal_and_migrations_apply_once(tmp_path):

@@ -13,7 +13,7 @@ import sys
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.terminal import clean, clean_json_text
+from daemon.core.terminal import clean, clean_json_text
 from tests.daemons import ROOT
 
 EVIL = (

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from daemon.backends.llm import alternate_roles, context_overflow
-from daemon.http.turn import EMPTY_CUT_SENTENCE, EMPTY_SENTENCE, LENGTH_NOTE
+from daemon.core.turn import EMPTY_CUT_SENTENCE, EMPTY_SENTENCE, LENGTH_NOTE
 from tests.daemons import configure
 from tests.fake_backend import Reply
 
@@ -115,7 +115,7 @@ def test_the_stream_ends_with_the_real_finish_reason(client, backend):
 
 
 def test_roles_alternate_in_what_the_backend_receives(client, backend):
-    from daemon.store import Store
+    from daemon.core.store import Store
 
     # karma pruning can leave neighbours of one role; here they are stored so on purpose
     backend.queue("a1", "a2")

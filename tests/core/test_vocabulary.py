@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from daemon.core.store import Store
 from daemon.spoken.vocabulary import add_word, dictation_hint
-from daemon.store import Store
 from tests.daemons import lmd_in_process
 from tests.plugins.marat.conftest import GIT_ENV, action, final, say
 

@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from daemon.backends.llm import LLM
-from daemon.words import plural
+from daemon.core.words import plural
 
 
 @pytest.mark.parametrize(

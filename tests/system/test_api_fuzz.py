@@ -17,7 +17,7 @@ from .conftest import HOST, fuzz
 # A throwaway plugin: one documented route, one undocumented, a protected setting.
 PLUGIN = """
 from daemon.hookspecs import hookimpl
-from daemon.settings import Setting
+from daemon.core.settings import Setting
 
 
 async def echo(request):
@@ -33,7 +33,7 @@ async def thing(request):
 
     name = request.path_params["name"]
     if len(name) > 20:
-        from daemon.errors import LmdError
+        from daemon.core.errors import LmdError
 
         raise LmdError("That name is too long; use at most 20 characters.")
     return JSONResponse({"thing": name})
@@ -257,9 +257,9 @@ def test_protected_setting_changes_from_the_cli(home, monkeypatch):
         cli, ["settings", "set", "fuzzplug_approval", "false", "--home", str(home)]
     )
     assert result.exit_code == 0, result.output
-    from daemon.core import collect
-    from daemon.settings import Settings
-    from daemon.store import Store
+    from daemon.core.daemon import collect
+    from daemon.core.settings import Settings
+    from daemon.core.store import Store
 
     store = Store(home / "lmd.db")
     assert Settings(collect(pm).specs, store.stored_settings())["fuzzplug_approval"] is False
@@ -279,8 +279,8 @@ def test_protected_setting_still_validates_with_the_token(make_client, value):
 
 SETTER_MODE = """
 from daemon.hookspecs import hookimpl
-from daemon.modes import Mode
-from daemon.settings import refuse_if_protected
+from daemon.core.modes import Mode
+from daemon.core.settings import refuse_if_protected
 
 
 async def respond(ctx):

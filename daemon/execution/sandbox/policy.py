@@ -122,7 +122,7 @@ def hidden_paths(home: str, lmd_home: str | None, extra: list[str] | tuple[str, 
     """The secret places to hide: well-known ones under `home`, LMD_HOME, the user's extra ones
     and the session runtime directory (sockets of ssh-agent, gpg-agent, D-Bus). Symlinks are
     hidden at both ends."""
-    from daemon.home import default_home, known_homes, registered_here
+    from daemon.core.home import default_home, known_homes, registered_here
 
     wanted = [os.path.join(home, rel) for rel in SECRET_HOME_PATHS]
     if lmd_home:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from daemon.store import Store
+from daemon.core.store import Store
 from tests.daemons import Ran, closed_port, configure, lmd_in_process
 from tests.fake_backend import Reply
 

@@ -12,10 +12,10 @@ import urllib.request
 import openai
 import pytest
 
-from daemon.errors import LmdError
+from daemon.core.errors import LmdError
+from daemon.core.modes import Mode
 from daemon.hookspecs import hookimpl
-from daemon.http.turn import SHUTDOWN_SENTENCE
-from daemon.modes import Mode
+from daemon.http.reply import SHUTDOWN_SENTENCE
 from daemon.plugins import load_plugins
 from tests.daemons import configure, wait_for
 from tests.fake_backend import Reply

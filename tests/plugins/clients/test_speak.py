@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.speak import Speaker, speakable, unmark, verbatim, visible
+from daemon.core.speak import Speaker, speakable, unmark, verbatim, visible
 from tests.fake_backend import Reply
 
 LMD = str(Path(sys.executable).parent / "lmd")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.errors import LmdError
+from daemon.core.errors import LmdError
 from plugins.elo.judge import justification, parse_scores, verdict
 from plugins.elo.ratings import (
     Battles,

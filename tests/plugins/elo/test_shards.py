@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from daemon.shards import part_of
+from daemon.core.shards import part_of
 from plugins.elo.shards import battle_identity
 from tests.daemons import ROOT
 from tests.fake_backend import FakeBackend, Reply

@@ -14,8 +14,8 @@ import sqlite_utils
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.errors import LmdError
-from daemon.settings import SettingError, Settings
+from daemon.core.errors import LmdError
+from daemon.core.settings import SettingError, Settings
 from plugins.lm_score.aggregate import aggregate, average, majority
 from plugins.lm_score.cache import ScoreCache, m001_cache, m002_identity
 from plugins.lm_score.config import SETTINGS, read_dotenv, resolve
@@ -532,7 +532,7 @@ def test_failures_are_not_cached(backend, tmp_path):
 
 # -- settings and the original .env keys --------------------------------------------------
 def _settings(stored=None, environ=None) -> Settings:
-    from daemon.core_settings import CORE_SETTINGS
+    from daemon.core.core_settings import CORE_SETTINGS
 
     specs = {s.name: s for s in [*CORE_SETTINGS, *SETTINGS]}
     return Settings(specs, stored or {}, environ or {})

@@ -176,7 +176,7 @@ def test_row_by_row_a_failed_score_fails_the_statement(backend, db):
     ],
 )
 def test_bad_queries_get_one_sentence(backend, db, query, sentence):
-    from daemon.errors import LmdError
+    from daemon.core.errors import LmdError
 
     handle = sql_scorer(backend)
     with pytest.raises(LmdError, match=sentence):

@@ -160,7 +160,7 @@ def test_forgetting_a_rule_by_its_spoken_number(said, target):
 
 
 def test_a_rule_named_as_a_speech_engine_writes_it_is_found(tmp_path):
-    from daemon.store import Store
+    from daemon.core.store import Store
 
     store = Store(tmp_path / "lmd.db")
     store.migrate()

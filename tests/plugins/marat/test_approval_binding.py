@@ -69,7 +69,7 @@ HIDDEN_SHOWN = "git status \\x1b]0;\\u202e; echo pwned >> ~/.bashrc"
 
 @pytest.mark.parametrize(("headers", "read"), FORMS)
 def test_no_reply_form_hides_part_of_the_command(marat, backend, headers, read):
-    from daemon.terminal import clean
+    from daemon.core.terminal import clean
 
     said = read(ask(marat, backend, headers, f"h{len(headers)}{hash(str(headers))}", HIDDEN))
     assert HIDDEN_SHOWN in said and "It holds 2 invisible characters" in said

@@ -76,7 +76,7 @@ def test_rows_from_an_older_lmd_are_told_apart(tmp_path):
     """The migration marks marat's old thoughts, observations and corrections as steps."""
     import sqlite3
 
-    from daemon.store import Store
+    from daemon.core.store import Store
 
     path = tmp_path / "lmd.db"
     db = sqlite3.connect(path)

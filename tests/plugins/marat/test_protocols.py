@@ -191,7 +191,7 @@ def test_the_real_model_gets_a_parseable_step_every_turn(real_model, tmp_path):
             with urllib.request.urlopen(req, timeout=300) as r:
                 body = json.loads(r.read())
             assert body["protocol"] == "schema"
-        from daemon.store import Store
+        from daemon.core.store import Store
 
         store = Store(home / "lmd.db")
         helps = [p for p in store.history(None, 200) if p.content.startswith("Format help")]

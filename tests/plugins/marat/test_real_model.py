@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from daemon.speak import visible
+from daemon.core.speak import visible
 from tests.daemons import LiveDaemon, tree_hash
 from tests.real_model import configure_real_home
 

@@ -92,8 +92,8 @@ def on_this_machine(program: str) -> bool:
 
 def every_wrapper(here_only: bool = True) -> list[str]:
     """Each wrapper and shell lmd reads through (and, `here_only`, this machine has), around
-    git push (daemon/effective.py)."""
-    from daemon import effective
+    git push (daemon/agent/effective.py)."""
+    from daemon.agent import effective
 
     def wanted(program: str) -> bool:
         return not here_only or on_this_machine(program)

@@ -199,7 +199,7 @@ def test_history_commands_show_how_each_ran(marat, backend, projects, home):
 
 
 def test_the_migration_keeps_old_rows_as_unsandboxed(tmp_path):
-    from daemon.store import Store
+    from daemon.core.store import Store
     from plugins.marat.audit import m001_marat_commands, m002_marat_sandbox
 
     store = Store(tmp_path / "old.db")

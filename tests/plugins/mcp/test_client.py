@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.mcpconfig import load
+from daemon.agent.mcpconfig import load
 from tests.daemons import free_port, lmd_in_process
 from tests.fake_backend import Reply
 
@@ -347,8 +347,8 @@ def test_a_rule_lets_a_tool_run_without_a_question_and_forbid_refuses(
     """The user's rules for MCP tools (mcp:SERVER:TOOL): an allow runs the tool at once,
     audited with the rule; a forbid never runs it, the model and the user are told, and the
     audit keeps the refusal."""
-    from daemon.rules import add_rule
-    from daemon.store import Store
+    from daemon.agent.rules import add_rule
+    from daemon.core.store import Store
 
     store = Store(home / "lmd.db")
     store.migrate()
@@ -424,8 +424,8 @@ def test_spoken_rules_for_a_tool_are_tool_rules(marat, tools_backend, tmp_path):
 
 
 def test_under_approval_always_a_tool_rule_waits_too(marat, tools_backend, tmp_path, home):
-    from daemon.rules import add_rule
-    from daemon.store import Store
+    from daemon.agent.rules import add_rule
+    from daemon.core.store import Store
 
     store = Store(home / "lmd.db")
     store.migrate()

@@ -81,7 +81,7 @@ def test_tools_lm_score_and_a_dali_turn(home, backend, live):
                 "content": "hello there",
             }
             found = json.loads(text(await client.call_tool("history_search", {"query": "HELLO"})))
-            # the agent spoke in a session of its own (daemon.approvals)
+            # the agent spoke in a session of its own (daemon.core.approvals)
             assert [(f["session"], f["role"], f["content"]) for f in found] == [
                 ("agent:editor", "assistant", "Hello from dali."),
                 ("agent:editor", "user", "hello there"),

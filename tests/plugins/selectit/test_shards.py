@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 from click.testing import CliRunner
 
-from daemon.shards import part_of
+from daemon.core.shards import part_of
 from plugins.selectit.datasets import id_key
 from tests.daemons import ROOT
 

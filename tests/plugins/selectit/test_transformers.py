@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from daemon.errors import LmdError
+from daemon.core.errors import LmdError
 from plugins.selectit.engine import prompts_for
 from plugins.selectit.prompts import TooLong, build_prompt, fit, load_templates
 from plugins.selectit.scoring import final_score
