@@ -48,10 +48,10 @@ _GROUPS: dict[str, dict[str, str]] = {
     },
     # Writing routes: the request body, the session, the one reply path.
     "HTTP": {
-        "read_json": "daemon.http.app",
-        "read_body": "daemon.http.app",
-        "decode_text": "daemon.http.app",
-        "session_name": "daemon.http.app",
+        "read_json": "daemon.http.body",
+        "read_body": "daemon.http.body",
+        "decode_text": "daemon.http.body",
+        "session_name": "daemon.http.body",
         "working_directory": "daemon.core.turn",
         "TurnReply": "daemon.http.reply",
         "wants_speech": "daemon.core.speak",
@@ -377,7 +377,7 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.execution.runner import CommandResult, daemon_secrets, run_command, usable_cwd
     from daemon.execution.sandbox import Policy, command_env
     from daemon.hookspecs import hookimpl
-    from daemon.http.app import decode_text, read_body, read_json, session_name
+    from daemon.http.body import decode_text, read_body, read_json, session_name
     from daemon.http.guard import owner_only, token_presented
     from daemon.http.reply import TurnReply
     from daemon.http.server import (

@@ -56,7 +56,7 @@ async def relay(request: Request) -> Response:
     import httpx2
 
     from daemon.backends.capabilities import server_root
-    from daemon.http.app import read_request_body
+    from daemon.http.body import read_request_body
 
     daemon = request.app.state.daemon
     sup = _supervisor(request)

@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 
 from daemon.agent import rules
 from daemon.core.errors import LmdError
-from daemon.http.app import MAX_PROMPT_ID, read_json, session_name
+from daemon.http.body import MAX_PROMPT_ID, read_json, session_name
 from daemon.http.guard import token_presented
 
 NEEDS_TOKEN = (

@@ -118,7 +118,9 @@ def test_settings_sql_is_one_commented_insert_per_builtin_setting():
         assert lines[i].startswith("INSERT OR IGNORE INTO settings (name, value) VALUES (")
         assert lines[i - 1].startswith("-- ") and len(lines[i - 1]) > 10, lines[i]
     # One source of truth: the copy the daemon (and an installed package) reads is this file.
-    assert (ROOT / "daemon" / "core" / "settings.sql").resolve() == (ROOT / "settings.sql").resolve()
+    assert (ROOT / "daemon" / "core" / "settings.sql").resolve() == (
+        ROOT / "settings.sql"
+    ).resolve()
 
 
 def test_settings_reference_lists_every_builtin_setting_once():

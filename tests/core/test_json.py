@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon.core.errors import LmdError
-from daemon.http.app import MAX_INT_DIGITS, parse_json
+from daemon.http.body import MAX_INT_DIGITS, parse_json
 
 TOKEN = "json-test-token"
 # With the daemon's token, as lmd's own clients send it: routes that change what may run

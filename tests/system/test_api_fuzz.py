@@ -22,7 +22,7 @@ from daemon.core.settings import Setting
 
 async def echo(request):
     '''Echo a JSON body back.'''
-    from daemon.http.app import read_json
+    from daemon.http.body import read_json
     from starlette.responses import JSONResponse
 
     return JSONResponse({"echo": await read_json(request, request.app.state.daemon)})
