@@ -41,8 +41,9 @@ from daemon.api import (
     verbatim,
 )
 
-from . import answers, audit, prompt, proposed, protocols, safety, staged
+from . import answers, audit, prompt, proposed, protocols, staged
 from .execute import execute, start_dir
+from .policy import RunPlan, plan_command
 
 _REMEMBER = re.compile(r"^\s*remember\b(?:\s*[:,\-]\s*|\s+that\b\s*|\s*$)(.*)$", re.I | re.S)
 _THAT = {"", "this", "that", "it", "the last answer", "the answer", "what you said"}
@@ -78,18 +79,6 @@ class Task:
         task = cls(p["instruction_id"], list(p["loop_ids"]), list(p["format_ids"]))
         task.call_id = p.get("call_id")
         return task
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Whether a command waits for a yes, and if not how it runs."""
-
-    ask: bool
-    level: str = sandbox.NONE  # the sandbox level it runs in, or none
-    approval: str = "read-only"  # the audit's word for why it ran at once
-    why: str = ""  # said after the question
-    rule_id: int | None = None  # the rule that let it run
-    writable: str | None = None  # workspace-write: the only writable place (the rule's dir)
 
 
 async def respond(ctx: Context) -> AsyncIterator[str]:
@@ -433,21 +422,21 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
         if ruled is not None and ruled.decision == "forbid":
             _refuse(ctx, task, command, cwd, ruled)
             continue
-        decision = decide(s["marat_approval"], s["sandbox_level"], command, task.escalate, ruled)
+        plan = plan_command(s["marat_approval"], s["sandbox_level"], command, task.escalate, ruled)
         task.escalate = False
-        problem = sandbox.root_problem(cwd, decision.level) if not decision.ask else None
+        problem = sandbox.root_problem(cwd, plan.level) if not plan.ask else None
         policy = None
-        if not problem and not decision.ask and decision.level != sandbox.NONE:
+        if not problem and not plan.ask and plan.level != sandbox.NONE:
             try:
                 policy = sandbox.policy_from_settings(
-                    s, decision.level, cwd, str(ctx.daemon.home), writable=decision.writable
+                    s, plan.level, cwd, str(ctx.daemon.home), writable=plan.writable
                 )
             except ValueError as e:
                 problem = str(e)
         if problem:
-            decision = Decision(True, why=f"I would run it at once in a sandbox, but {problem}.")
-        if decision.ask:
-            why = decision.why
+            plan = RunPlan(True, why=f"I would run it at once in a sandbox, but {problem}.")
+        if plan.ask:
+            why = plan.why
             seen = ctx.state.get("asked_patterns") or []
             pattern, hint = rules.always_hint(command, seen)
             if pattern and pattern not in seen:
@@ -460,10 +449,8 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
             ctx.reply_kind = "decorative"
             yield question(command, why, marked=True)
             return
-        r = await _run(
-            ctx, task, command, decision.approval, policy=policy, rule_id=decision.rule_id
-        )
-        asked, places = staged.held_question(ctx, r, decision.rule_id)
+        r = await _run(ctx, task, command, plan.approval, policy=policy, rule_id=plan.rule_id)
+        asked, places = staged.held_question(ctx, r, plan.rule_id)
         if places:  # it wrote what its rule does not cover: named, for a yes to exactly those
             held = {"dir": r.staged.dir, "places": places}
             ctx.set_pending({**task.to_pending(staged.subject(places), asked), "staged": held})
@@ -481,59 +468,6 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
         f"I stopped after {plural(turns, 'model turn')} without finishing the task.{tail} "
         "Say what to do next, or raise max_thought_loops."
     )
-
-
-def decide(
-    approval: str,
-    level: str,
-    command: str,
-    escalate: bool = False,
-    ruled: rules.Decision | None = None,
-) -> Decision:
-    """The approval policy on top of the sandbox and the user's rules (a forbid rule was
-    applied before: it refuses whatever the policy).
-
-    never: everything runs at once, unsandboxed (the user's explicit choice). always: every
-    command asks. unsafe: a command the classifier calls read-only runs at once in the
-    read-only sandbox; anything else asks, and so does every command when no sandbox can be
-    had, and the next command after the sandbox stopped one. sandbox_level off: the user's
-    explicit choice to run classifier-read-only commands unsandboxed (the old behaviour).
-    Under unsafe, an ask rule asks and an allow rule runs the command at once at the rule's
-    sandbox level (outside it only when the rule says none)."""
-    if approval == "never":
-        return Decision(False, sandbox.NONE, "never")
-    if approval == "always":
-        return Decision(True)
-    if escalate:
-        return Decision(
-            True, why="The sandbox stopped the last command; this one would run outside it."
-        )
-    if ruled is not None and ruled.decision == "ask":
-        return Decision(True)
-    if ruled is not None and ruled.decision == "allow":
-        wanted = ruled.sandbox_level or sandbox.WORKSPACE_WRITE
-        if wanted == sandbox.NONE:
-            return Decision(False, sandbox.NONE, "rule", rule_id=ruled.rule_id)
-        found = sandbox.detect()
-        if not found.available:
-            return Decision(
-                True,
-                why=f"Rule {ruled.rule_id} would run it at once in a sandbox, but there is none "
-                f"here: {found.reason} To get one, {found.remedy}.",
-            )
-        return Decision(False, wanted, "rule", rule_id=ruled.rule_id, writable=ruled.directory)
-    if not safety.is_read_only(command):
-        return Decision(True)
-    if level == sandbox.OFF:
-        return Decision(False, sandbox.NONE, "read-only")
-    found = sandbox.detect()
-    if not found.available:
-        return Decision(
-            True,
-            why=f"I would run it at once in a sandbox, but there is none here: {found.reason} "
-            f"To get one, {found.remedy}.",
-        )
-    return Decision(False, sandbox.READ_ONLY, "read-only")
 
 
 async def _run(

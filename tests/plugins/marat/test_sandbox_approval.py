@@ -11,7 +11,7 @@ from click.testing import CliRunner
 import plugins.marat.safety as safety
 from daemon.execution import sandbox
 from daemon.execution.runner import REDACTED
-from plugins.marat.loop import decide
+from plugins.marat.policy import plan_command
 
 from .conftest import action, final, say
 
@@ -53,19 +53,19 @@ def trusting(monkeypatch):
         ("unsafe", "off", "touch x", False, (True, "none", "read-only")),
     ],
 )
-def test_decide(approval, level, command, escalate, expected):
-    d = decide(approval, level, command, escalate)
+def test_plan_command_by_approval_and_sandbox_level(approval, level, command, escalate, expected):
+    d = plan_command(approval, level, command, escalate)
     assert (d.ask, d.level, d.approval) == expected
     if escalate:
         assert d.why == "The sandbox stopped the last command; this one would run outside it."
 
 
-def test_decide_without_a_sandbox_asks_and_says_why(no_sandbox):
-    d = decide("unsafe", "read-only", "ls")
+def test_plan_without_a_sandbox_asks_and_says_why(no_sandbox):
+    d = plan_command("unsafe", "read-only", "ls")
     assert d.ask and "there is none here: LMD_BWRAP names /nonexistent/bwrap" in d.why
     assert "apt install bubblewrap" in d.why
-    assert decide("unsafe", "off", "ls").ask is False  # the user's explicit choice
-    assert decide("never", "read-only", "ls").ask is False
+    assert plan_command("unsafe", "off", "ls").ask is False  # the user's explicit choice
+    assert plan_command("never", "read-only", "ls").ask is False
 
 
 # -- end to end, in process -----------------------------------------------------------------------

@@ -237,17 +237,17 @@ safety.is_read_only = _trusting
 import plugins.marat.loop as loop
 from daemon.execution import sandbox
 
-_decide = loop.decide
+_plan = loop.plan_command
 
 
 def _writing(approval, level, command, escalate=False, ruled=None):
     flag = os.environ.get("LMD_TEST_WRITE_FILE")
     if flag and Path(flag).exists():  # everything at once, the working directory writable
-        return loop.Decision(False, sandbox.WORKSPACE_WRITE, "read-only")
-    return _decide(approval, level, command, escalate, ruled)
+        return loop.RunPlan(False, sandbox.WORKSPACE_WRITE, "read-only")
+    return _plan(approval, level, command, escalate, ruled)
 
 
-loop.decide = _writing
+loop.plan_command = _writing
 """
 
 # A cobol build at workspace-write that tries every planting at once (and leaves a mark of
