@@ -144,6 +144,7 @@ _GROUPS: dict[str, dict[str, str]] = {
         "mcp_hub": "daemon.agent.mcpclient",
         "McpHub": "daemon.agent.mcpclient",
         "mcp_rule_name": "daemon.agent.mcpclient",
+        "close_mcp_hub": "daemon.agent.mcpclient",
     },
     # Sentences and splitting work into parts.
     "Words and shards": {
@@ -280,6 +281,7 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "mcp_hub",
     "McpHub",
     "mcp_rule_name",
+    "close_mcp_hub",
     "plural",
     "Shard",
     "parse_shard",
@@ -336,7 +338,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.agent import rules
-    from daemon.agent.mcpclient import McpHub, mcp_hub, mcp_rule_name
+    from daemon.agent.mcpclient import McpHub, close_mcp_hub, mcp_hub, mcp_rule_name
     from daemon.agent.memory import Memory, project_memory
     from daemon.agent.readback import describe_command, quoted_name, spoken_command
     from daemon.agent.rules import Decision, decide

@@ -605,6 +605,14 @@ def mcp_hub(daemon: Any) -> Hub:
     return hub
 
 
+async def close_mcp_hub(daemon: Any) -> None:
+    """Stop the MCP servers of the daemon's hub, if one was made: the `shutdown` hook of each
+    plugin that calls `mcp_hub` awaits this (once is enough; a second call finds no hub)."""
+    hub = daemon.state.pop("mcp_hub", None)
+    if hub is not None:
+        await hub.close()
+
+
 def configured(home: Path) -> bool:
     """Whether any MCP server is configured (without importing the SDK)."""
     return mcpconfig.config_path(home).exists()

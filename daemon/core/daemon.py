@@ -326,9 +326,6 @@ class Daemon:
         for client in self._llms.values():
             await client.close()
         self._llms.clear()
-        hub = self.state.get("mcp_hub")
-        if hub is not None:
-            await hub.close()  # the MCP servers lmd started end with it
         if self.embedded is not None:
             await self.embedded.stop()
         self.store.close()

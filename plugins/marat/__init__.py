@@ -74,3 +74,10 @@ def register_commands(cli):
         "Commands marat ran: where, exit code, duration, how each was approved and sandboxed.",
     )
     add_history_listing(cli, commands, "Commands marat ran (its audit) instead.")
+
+
+@hookimpl
+def shutdown(daemon):
+    from daemon.api import close_mcp_hub
+
+    return close_mcp_hub(daemon)  # the MCP servers started for marat's MCP tools stop with lmd

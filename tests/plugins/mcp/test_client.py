@@ -5,6 +5,7 @@ arguments, run only after the user's yes, the result cut and cleaned; and the ba
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -18,6 +19,9 @@ from pathlib import Path
 import pytest
 
 from daemon.agent.mcpconfig import load
+from daemon.api import mcp_hub
+from daemon.core.daemon import Daemon
+from daemon.plugins import load_plugins
 from tests.daemons import free_port, lmd_in_process
 from tests.fake_backend import Reply
 
@@ -483,3 +487,35 @@ def test_servers_start_on_first_need_and_stop_with_the_daemon(home, tmp_path, to
     assert "state: running" in listed.stdout and "mcp:t:write_note" in listed.stdout
     assert d.stop() == 0
     assert not alive(pid)  # stopped with the daemon (its whole group, awaited)
+
+
+@pytest.mark.parametrize("plugin", ["marat", "mcp"])
+def test_the_shutdown_hook_of_a_plugin_that_uses_the_hub_stops_its_servers(plugin, home, tmp_path):
+    """The daemon knows nothing of MCP: the hub's servers stop in the `shutdown` hook of each
+    plugin that uses the hub, so they stop with only marat (its tools) or only the mcp plugin
+    (GET /mcp/servers) loaded, before the daemon closes."""
+    pidfile = tmp_path / "server.pid"
+    write_config(
+        home,
+        tmp_path / "x.log",
+        t={
+            "command": STDIO[0],
+            "args": STDIO[1:],
+            "env": {"MCP_TEST_LOG": str(tmp_path / "x.log"), "MCP_TEST_PIDFILE": str(pidfile)},
+        },
+    )
+
+    async def run() -> tuple[bool, bool, bool]:
+        daemon = Daemon(home, pm=load_plugins({plugin, "dali"}))
+        try:
+            tools, problems = await mcp_hub(daemon).tools(30, 64)
+            assert tools and not problems, problems
+            started = alive(int(pidfile.read_text()))
+            await daemon.call_hook("shutdown")
+            return started, alive(int(pidfile.read_text())), "mcp_hub" in daemon.state
+        finally:
+            await daemon.close()
+
+    started, still_alive, hub_kept = asyncio.run(run())
+    assert started
+    assert not still_alive and not hub_kept
