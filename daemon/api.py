@@ -37,9 +37,9 @@ _GROUPS: dict[str, dict[str, str]] = {
         "read_settings_table": "daemon.core.defaults",
         "env_name": "daemon.core.settings",
         "refuse_if_protected": "daemon.core.settings",
-        "check_setting": "daemon.core.daemon",
-        "collect": "daemon.core.daemon",
-        "Registry": "daemon.core.daemon",
+        "check_setting": "daemon.core.registry",
+        "collect": "daemon.core.registry",
+        "Registry": "daemon.core.registry",
         "get_plugin_manager": "daemon.plugins",
         "wanted_plugins": "daemon.plugins",
         "default_home": "daemon.core.home",
@@ -358,13 +358,14 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
         not_heard_reply,
         relays_model,
     )
-    from daemon.core.daemon import Daemon, Registry, check_setting, collect
+    from daemon.core.daemon import Daemon
     from daemon.core.defaults import read_settings_table
     from daemon.core.directives import alias_problem, parse_directive
     from daemon.core.errors import BackendError, LmdError
     from daemon.core.home import PRIVATE_FILES, default_home
     from daemon.core.modes import Context, Mode, record_turn
     from daemon.core.paths import allowed_http_path, refuse_overwrite, write_atomic
+    from daemon.core.registry import Registry, check_setting, collect
     from daemon.core.settings import Setting, SettingError, Settings, env_name, refuse_if_protected
     from daemon.core.shards import Shard, describe_parts, file_sha256, parse_shard, part_of
     from daemon.core.speak import unmark, verbatim, wants_speech

@@ -259,7 +259,8 @@ def for_terminal(text: str, raw: bool = False, stream=None) -> str:
 def open_daemon_state(home: Path | None):
     """The registry and store, for commands that work on the database directly."""
     from daemon.backends import tokens
-    from daemon.core.daemon import collect, default_home
+    from daemon.core.home import default_home
+    from daemon.core.registry import collect
     from daemon.core.settings import Settings
     from daemon.core.store import Store
     from daemon.plugins import get_plugin_manager
@@ -348,7 +349,7 @@ def settings_set(name: str, value: str, as_json: bool, home: Path | None) -> Non
 
 def _change_setting(home: Path | None, name: str, value: str | None, as_json: bool) -> None:
     """Store a new value (None: the default) and show the result."""
-    from daemon.core.daemon import parse_setting
+    from daemon.core.registry import parse_setting
 
     registry, store, s = open_daemon_state(home)
     try:
@@ -439,7 +440,7 @@ def rules_add(
 ) -> None:
     """Make a rule: PATTERN is a program and its first words (git commit) or mcp:SERVER:TOOL."""
     from daemon.agent import rules as r
-    from daemon.core.daemon import default_home
+    from daemon.core.home import default_home
 
     if everywhere and directory:
         fail("Give --dir or --everywhere, not both.")
@@ -684,7 +685,7 @@ def plugins(as_json: bool) -> None:
     import json
 
     from daemon.backends import tokens
-    from daemon.core.daemon import collect
+    from daemon.core.registry import collect
     from daemon.plugins import describe, get_plugin_manager
 
     pm = get_plugin_manager()

@@ -51,7 +51,7 @@ def builtin_plugin_manager() -> pluggy.PluginManager:
 
 def builtin_settings() -> list:
     """Every built-in Setting: the core's first, then each plugin's in pyproject order."""
-    from daemon.core.daemon import collect
+    from daemon.core.registry import collect
 
     specs = list(collect(builtin_plugin_manager()).specs.values())
     order = ["core", *builtin_entry_points()]

@@ -53,7 +53,7 @@ def configure(home: Path, probed: tuple[str, str, str] | None = None, **settings
     new home's database starts as a copy of one lmd made and migrated in this process (the
     migration is the costly part of a fresh database, and a run makes a thousand homes), with
     the mode lmd gives its own; lmd's migration then runs on it as on any existing home."""
-    from daemon.core.daemon import collect
+    from daemon.core.registry import collect
     from daemon.core.store import Store
     from daemon.plugins import get_plugin_manager
 

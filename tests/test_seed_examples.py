@@ -14,7 +14,7 @@ import sqlite3
 import pytest
 
 from daemon.core import karma
-from daemon.core.daemon import collect
+from daemon.core.registry import collect
 from daemon.core.settings import Settings
 from daemon.plugins import get_plugin_manager
 from tests.daemons import configure

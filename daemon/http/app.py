@@ -20,8 +20,9 @@ from starlette.routing import Route
 from daemon import __version__
 from daemon.core import karma
 from daemon.core.approvals import own_session
-from daemon.core.daemon import Daemon, route_keys
+from daemon.core.daemon import Daemon
 from daemon.core.errors import LmdError
+from daemon.core.registry import route_keys
 from daemon.core.settings import SettingError, refuse_if_protected
 from daemon.core.speak import unfence, wants_raw, wants_speech
 from daemon.core.turn import Outcome

@@ -252,7 +252,7 @@ def test_a_spoken_directive_is_found_whatever_surrounds_it(word, sep, lead, rest
 @functools.cache
 def all_specs():
     """Every setting: the core's and every built-in plugin's."""
-    from daemon.core.daemon import collect
+    from daemon.core.registry import collect
     from daemon.plugins import load_plugins
 
     return list(collect(load_plugins()).specs.values())

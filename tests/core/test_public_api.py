@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from daemon import api
-from daemon.core.daemon import collect
 from daemon.core.errors import LmdError
+from daemon.core.registry import collect
 from tests.daemons import ROOT, plugin_module
 
 HEAVY = ("openai", "tiktoken", "numpy", "starlette", "hypercorn", "httpx", "httpx2")

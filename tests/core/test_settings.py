@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from daemon.core.daemon import collect
+from daemon.core.registry import collect
 from daemon.core.settings import Setting, SettingError, Settings
 from daemon.plugins import get_plugin_manager
 from tests.daemons import lmd_in_process

@@ -257,7 +257,7 @@ def test_protected_setting_changes_from_the_cli(home, monkeypatch):
         cli, ["settings", "set", "fuzzplug_approval", "false", "--home", str(home)]
     )
     assert result.exit_code == 0, result.output
-    from daemon.core.daemon import collect
+    from daemon.core.registry import collect
     from daemon.core.settings import Settings
     from daemon.core.store import Store
 

@@ -30,7 +30,7 @@ PATH_SETTINGS = [
 
 
 def test_every_setting_that_names_a_path_is_protected():
-    from daemon.core.daemon import collect
+    from daemon.core.registry import collect
     from daemon.plugins import get_plugin_manager
 
     specs = collect(get_plugin_manager()).specs
