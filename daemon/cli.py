@@ -265,7 +265,7 @@ def open_daemon_state(home: Path | None):
     from daemon.core.store import Store
     from daemon.plugins import get_plugin_manager
 
-    registry = collect(get_plugin_manager())
+    registry = collect(get_plugin_manager(), routes=False)
     tokens.remember_warnings_in(home or default_home())
     store = Store((home or default_home()) / "lmd.db")
     store.migrate(registry.migrations, registry.specs)
@@ -689,7 +689,7 @@ def plugins(as_json: bool) -> None:
     from daemon.plugins import describe, get_plugin_manager
 
     pm = get_plugin_manager()
-    registry = collect(pm)
+    registry = collect(pm, routes=False)
     rows = describe(pm)
     for row in rows:
         row["modes"] = sorted(m.name for m in registry.modes.values() if m.plugin == row["name"])

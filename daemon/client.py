@@ -14,8 +14,10 @@ import json
 import os
 import socket
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 from daemon.core.home import client_token, is_loopback_url
+from daemon.http.peer import socket_uid
 
 DEFAULT_URL = "http://127.0.0.1:8420"
 
@@ -96,8 +98,6 @@ def _loopback_request(
 
 def _split_http_url(base: str) -> tuple[str, int, str]:
     """(host, port, path prefix) of an http:// URL, or a ClientError saying what to give."""
-    from urllib.parse import urlsplit  # daemon.home has imported it already
-
     try:
         parts = urlsplit(base)
         host, port = parts.hostname, parts.port or 80
@@ -164,6 +164,8 @@ def _remote_request(
     base: str, method: str, path: str, data: bytes | None, hdrs: dict[str, str], timeout: float
 ) -> tuple[int, dict[str, str], bytes]:
     """A daemon elsewhere: urllib, with the environment's proxies and https."""
+    # urllib.request brings http.client, email and ssl: only for a daemon on another machine,
+    # never on `lmd say`'s usual path (a loopback socket)
     import urllib.error
     import urllib.request
 
@@ -192,8 +194,6 @@ class ForeignDaemon(OSError):
 
 def _check_owner(sock: socket.socket, host: str, port: int) -> None:
     """Ask the kernel who owns the server's end; another user's program gets nothing."""
-    from daemon.http.peer import socket_uid
-
     mine, theirs = sock.getsockname(), sock.getpeername()
     uid = socket_uid((theirs[0], theirs[1]), (mine[0], mine[1]))
     if uid is not None and uid != os.geteuid():
@@ -257,8 +257,6 @@ def say(
             query[key] = value
     path = "/v1"
     if query:
-        from urllib.parse import urlencode
-
         path += "?" + urlencode(query)
     _, _, raw = request("POST", path, text, url=url, headers=headers, token=token)
     if as_json:

@@ -17,8 +17,9 @@ import re
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-# The settings and modes modules (and json) are imported where they are used: `lmd --help`
-# imports every plugin to list commands, and this one has none.
+# `lmd --help` imports every plugin to list commands, and this one has none: the public names
+# its mode uses are looked up on `api` when it answers (daemon.api resolves a name on first use).
+from daemon import api
 from daemon.api import LmdError, hookimpl
 
 if TYPE_CHECKING:
@@ -26,10 +27,7 @@ if TYPE_CHECKING:
 
 
 def _token_presented() -> bool:
-    # Imported when needed: the guard brings hmac and logging, which `lmd --help` does not need.
-    from daemon.api import token_presented
-
-    return token_presented()
+    return api.token_presented()
 
 
 DIRECTIVE = "knob"
@@ -44,18 +42,14 @@ HELP = (
 def spoken_number(text: str) -> float | int | None:
     """'four thousand' -> 4000, 'zero point five' -> 0.5, '4,000' -> 4000; None if not a
     number (daemon.api.spoken_number)."""
-    from daemon.api import spoken_number as read
-
-    return read(text)
+    return api.spoken_number(text)
 
 
 def setting_name(spoken: str, settings: Settings) -> tuple[str, str]:
     """(setting name, a sentence saying how it was heard when not exactly): 'Max Tokens' ->
     max_tokens; 'max token' -> max_tokens, "I took max token to mean max tokens."; an
     unknown or ambiguous name gets one sentence."""
-    from daemon.api import match_name
-
-    found = match_name(spoken, settings.specs)
+    found = api.match_name(spoken, settings.specs)
     if found.name is not None:
         return found.name, found.said_back(spoken, _said(found.name))
     if found.candidates:
@@ -99,19 +93,17 @@ def typed_value(raw: str, spec) -> object:
     """Spoken numbers (and their units: "two minutes" for a seconds setting) become numbers
     for number settings, a choice heard by sound becomes that choice; other types parse the
     words. Unreadable when a number setting hears no number, or the wrong unit."""
-    from daemon.api import in_unit, match_name, spoken_quantity
-
     value: object = raw.strip().rstrip(".!")
     if spec.type in ("int", "float"):
-        number, unit = spoken_quantity(str(value))
+        number, unit = api.spoken_quantity(str(value))
         if number is None:
             raise Unreadable(f"I could not read {str(value)!r} as a number for {_said(spec.name)}")
-        number, why = in_unit(number, unit, spec.name)
+        number, why = api.in_unit(number, unit, spec.name)
         if number is None:
             raise Unreadable(why)
         value = number
     elif spec.type == "choice":
-        found = match_name(str(value), spec.choices)
+        found = api.match_name(str(value), spec.choices)
         if found.name is not None:
             value = found.name
     return spec.parse(value)
@@ -159,8 +151,6 @@ _LIST_ALIASES = re.compile(
 
 
 def handle(ctx: Context) -> str:
-    from daemon.api import refuse_if_protected
-
     if ctx.pending and ctx.pending.get("kind") == "value":
         return _answer_value(ctx, ctx.pending)
     text = ctx.text.strip()
@@ -192,12 +182,12 @@ def handle(ctx: Context) -> str:
     if verb in ("set", "change", "make", "put") and rest:
         name, raw, heard = _split_name_value(rest, settings)
         spec = settings.spec(name)
-        refuse_if_protected(spec, _token_presented())
+        api.refuse_if_protected(spec, _token_presented())
         return _with(heard, _set(ctx, name, raw))
     if verb in ("reset", "default", "restore") and rest:
         name, heard = setting_name(" ".join(rest), settings)
         spec = settings.spec(name)
-        refuse_if_protected(spec, _token_presented())
+        api.refuse_if_protected(spec, _token_presented())
         store.reset_setting(name, spec.dump(spec.default))
         ctx.extra["setting"] = {"name": name, "value": spec.default}
         return _with(
@@ -215,18 +205,16 @@ def _with(heard: str, said: str) -> str:
 def _set(ctx: Context, name: str, raw: str) -> str:
     """Set one setting from spoken words; a value lmd cannot read, or one out of the
     setting's range, is a question (the next utterance answers it), never a guess."""
-    from daemon.api import SettingError, check_setting
-
     spec = ctx.settings.spec(name)
     try:
         value = typed_value(raw, spec)
-        check_setting(ctx.daemon.registry, name, value)
+        api.check_setting(ctx.daemon.registry, name, value)
     except Unreadable as e:
         return _ask_value(ctx, name, f"{e}.")
-    except SettingError as e:
+    except api.SettingError as e:
         if spec.type in ("int", "float"):
             return _ask_value(ctx, name, e.message.replace(name, _said(name), 1))
-        raise SettingError(e.message.replace(name, _said(name), 1)) from None
+        raise api.SettingError(e.message.replace(name, _said(name), 1)) from None
     ctx.store.set_setting(name, spec.dump(value))
     ctx.extra["setting"] = {"name": name, "value": value}
     return f"{_said(name)} is now {show(value, spec)}.{_env_note(name, ctx)}"
@@ -247,43 +235,37 @@ _VALUE_LEAD = re.compile(r"^(?:(?:set\s+|make\s+)?(?:it|that)\s+)?(?:to|at|is|be
 
 def _answer_value(ctx: Context, pending: dict) -> str:
     """The answer to "What should max tokens be?": a value, or no."""
-    from daemon.api import hear_answer, refuse_if_protected
-
     name = pending["name"]
     spec = ctx.settings.spec(name)
-    heard = hear_answer(ctx.text)
+    heard = api.hear_answer(ctx.text)
     if heard is not None and heard.outcome == "no":
         return f"All right, {_said(name)} stays {show(ctx.settings[name], spec)}."
-    refuse_if_protected(spec, _token_presented())
+    api.refuse_if_protected(spec, _token_presented())
     return _set(ctx, name, _VALUE_LEAD.sub("", ctx.text.strip(), count=1))
 
 
 def _mode_named(ctx: Context, word: str) -> str | None:
-    from daemon.api import parse_directive
-
-    parsed = parse_directive(word, ctx.daemon.directive_table(ctx.settings))
+    parsed = api.parse_directive(word, ctx.daemon.directive_table(ctx.settings))
     return parsed.mode if parsed.mode and not parsed.rest else None
 
 
 def _teach(ctx: Context, m: re.Match) -> str:
     """ "when I say morat I mean marat": a spoken form of a directive, kept in
     directive_aliases."""
-    from daemon.api import alias_problem, check_setting, refuse_if_protected
-
     alias = " ".join(m.group("alias").strip(" ,.!?\"'").split()).lower()
     mode = _mode_named(ctx, m.group("mode"))
     if mode is None:
         modes = ", ".join(sorted(ctx.daemon.modes))
         return f"There is no mode called {m.group('mode')}; the modes are {modes}."
     table = ctx.daemon.directive_table(ctx.settings)
-    problem, note = alias_problem(alias, mode, table)
+    problem, note = api.alias_problem(alias, mode, table)
     if problem:
         return problem
     spec = ctx.settings.spec("directive_aliases")
-    refuse_if_protected(spec, _token_presented())
+    api.refuse_if_protected(spec, _token_presented())
     aliases = {k: list(v) for k, v in ctx.settings["directive_aliases"].items()}
     aliases.setdefault(mode, []).append(alias)
-    check_setting(ctx.daemon.registry, "directive_aliases", aliases)
+    api.check_setting(ctx.daemon.registry, "directive_aliases", aliases)
     ctx.store.set_setting("directive_aliases", spec.dump(spec.parse(aliases)))
     ctx.extra["directive_aliases"] = aliases
     said = f"From now on, {alias} at the start of what you say means {mode}."
@@ -291,15 +273,13 @@ def _teach(ctx: Context, m: re.Match) -> str:
 
 
 def _forget(ctx: Context, m: re.Match) -> str:
-    from daemon.api import refuse_if_protected
-
     alias = " ".join(m.group("alias").strip(" ,.!?\"'").split()).lower()
     spec = ctx.settings.spec("directive_aliases")
     aliases = {k: list(v) for k, v in ctx.settings["directive_aliases"].items()}
     owner = next((mode for mode, said in aliases.items() if alias in said), None)
     if owner is None:
         return f"You taught me no alias {alias}; say {DIRECTIVE} aliases to hear them."
-    refuse_if_protected(spec, _token_presented())
+    api.refuse_if_protected(spec, _token_presented())
     aliases[owner] = [a for a in aliases[owner] if a != alias]
     if not aliases[owner]:
         del aliases[owner]
@@ -321,11 +301,9 @@ def _aliases(ctx: Context) -> str:
 
 
 def _env_note(name: str, ctx: Context) -> str:
-    from daemon.api import env_name
-
     fresh = ctx.daemon.settings()
     if fresh.source(name) == "env":
-        return f" But the environment variable {env_name(name)} overrides it while it is set."
+        return f" But the environment variable {api.env_name(name)} overrides it while it is set."
     return ""
 
 

@@ -31,6 +31,11 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
+import tree_sitter
+import tree_sitter_bash
+
+from daemon.execution.bash import Unmodelled, join_continuations, simple_commands
+
 MAX_DEPTH = 6  # wrappers inside wrappers: deeper than this is not read (and so asks)
 MAX_STARTS = 32  # a wrapper's own options and values fit in its first words
 
@@ -547,8 +552,6 @@ def read(command: str) -> list[Run]:
 
 
 def _read_line(command: str, depth: int) -> list[Run]:
-    from daemon.execution.bash import Unmodelled, simple_commands
-
     if depth > MAX_DEPTH:
         raise Unread("wrappers nested too deep")
     try:
@@ -1013,10 +1016,6 @@ def stdin_files(command: str) -> tuple[str, ...]:
     """The files a command line feeds to a command's input (`< file`): read by it."""
     if "<" not in command:
         return ()
-    import tree_sitter
-    import tree_sitter_bash
-
-    from daemon.execution.bash import join_continuations
 
     parser = _parser(tree_sitter, tree_sitter_bash)
     tree = parser.parse(join_continuations(command).encode("utf-8", "surrogatepass"))

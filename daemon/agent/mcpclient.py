@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -30,9 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+import httpx2
+
 from daemon.agent import mcpconfig
 from daemon.agent.mcpconfig import ServerConfig
 from daemon.core.errors import LmdError
+from daemon.execution.runner import cut, redact
 
 log = logging.getLogger("lmd.mcp")
 
@@ -265,8 +270,6 @@ class Hub:
         secrets: list[str],
     ) -> ToolResult:
         """Call one tool; a failure is the result's text (one sentence), never an exception."""
-        from daemon.execution.runner import cut, redact
-
         server = self.servers.get(tool.server)
         if server is None or server.state != "running" or server.client is None:
             why = server.problem if server and server.problem else "it is not running"
@@ -422,7 +425,7 @@ def _sentence(name: str, e: BaseException) -> str:
 async def _http(server: Server) -> AsyncIterator[tuple[Any, Any]]:
     """Streamable HTTP with the configured headers, each message capped as stdio's are (the
     SDK leaves a client it was given open: it is closed here)."""
-    import httpx2
+    # the mcp extra, optional: imported where a server is started (_run says when it is missing)
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
@@ -440,7 +443,6 @@ async def _http(server: Server) -> AsyncIterator[tuple[Any, Any]]:
 def _capped_http_transport(server: Server) -> Any:
     """An httpx transport whose responses stop at a message over MAX_MESSAGE_BYTES: a JSON
     body is one message, an event stream's messages end at a blank line."""
-    import httpx2
 
     class Capped(httpx2.AsyncByteStream):
         def __init__(self, inner: Any) -> None:
@@ -489,7 +491,7 @@ def _capped_http_transport(server: Server) -> Any:
 async def _capped_stdio(server: Server) -> AsyncIterator[tuple[Any, Any]]:
     """A stdio transport that refuses a message over MAX_MESSAGE_BYTES (see the module's
     docstring); the server runs in a process group of its own, killed whole at the end."""
-    import anyio
+    # the mcp extra, optional: imported where a server is started (_run says when it is missing)
     from mcp.client.stdio import get_default_environment
     from mcp.shared.message import SessionMessage
     from mcp_types import jsonrpc_message_adapter
@@ -555,8 +557,6 @@ async def _capped_stdio(server: Server) -> AsyncIterator[tuple[Any, Any]]:
 
 def _stderr() -> Any:
     """Where a stdio server's stderr goes: ours when it is a real file, else nowhere."""
-    import subprocess
-
     try:
         sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):
@@ -573,8 +573,6 @@ def _kill(process: Any, sig: int = signal.SIGKILL) -> None:
 
 async def _stop_process(process: Any) -> None:
     """Close stdin, give it two seconds, then SIGTERM and SIGKILL its whole group."""
-    import anyio
-
     try:
         await process.stdin.aclose()
     except Exception:  # noqa: BLE001 - already closed or broken

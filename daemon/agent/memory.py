@@ -27,6 +27,8 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
+from daemon.execution.sandbox import hidden_paths
+
 MAX_DEPTH = 64  # directories walked up looking for .git
 _SNIFF = 8192  # bytes looked at for NUL (binary)
 
@@ -110,8 +112,6 @@ def _inside(path: str, root: str) -> bool:
 
 
 def _secret(path: str) -> bool:
-    from daemon.execution.sandbox import hidden_paths
-
     home = os.path.expanduser("~")
     return any(_inside(path, h) for h in hidden_paths(home, None))
 

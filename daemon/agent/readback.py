@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from daemon.agent import effective
+
 LONG = 200  # characters: about fifteen seconds of a voice reading a command
 LONG_WORD = 80  # one argument longer than this is said
 BLANK_RUN = 16  # a run of blanks this long can push the rest of a line off the screen
@@ -65,8 +67,6 @@ def spoken_command(command: str, limit: int = 120) -> str:
 
 
 def _what_runs(command: str) -> str:
-    from daemon.agent import effective
-
     try:
         parts = effective.read_cached(command)
     except effective.Unread:
@@ -121,8 +121,6 @@ def _unusual(command: str) -> list[str]:
 
 def _owner(command: str, at: int) -> str | None:
     """The program whose argument starts at `at` (the last program word before it)."""
-    from daemon.agent import effective
-
     before = command[:at].rstrip(" \t")
     if not before or before[-1] in ";|&(\n":
         return None  # the long word is a program's name itself
@@ -136,8 +134,6 @@ def _owner(command: str, at: int) -> str | None:
 def _foreign_program(command: str) -> str | None:
     """A program or subcommand name holding a character outside plain ASCII (`cаt` with a
     Cyrillic а looks like cat)."""
-    from daemon.agent import effective
-
     try:
         parts = effective.read_cached(command)
     except effective.Unread:

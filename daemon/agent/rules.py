@@ -18,6 +18,7 @@ HTTP request carrying the daemon's token. Built-in defaults are rows like any ot
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from daemon.agent import effective
+from daemon.execution import sandbox as sb
+from daemon.execution.bash import Unmodelled, simple_commands
 
 DECISIONS = ("allow", "ask", "forbid")
 LEVELS = ("read-only", "workspace-write", "none")  # strictest first
@@ -239,8 +242,6 @@ def _rows(store: Any, sql: str, args: list | None = None) -> list[dict]:
 
 
 def _lock(store: Any) -> Any:
-    import contextlib
-
     return getattr(store, "lock", None) or contextlib.nullcontext()
 
 
@@ -320,8 +321,6 @@ def real_directory(path: str | os.PathLike) -> str:
 def pattern_words(pattern: str) -> tuple[str, ...]:
     """A command pattern as words, checked: one plain command (`git commit`), no operators,
     redirections or expansions."""
-    from daemon.execution.bash import Unmodelled, simple_commands
-
     text = pattern.strip()
     if not text:
         raise RuleError("The rule has no pattern; say which command, like git commit.")
@@ -401,7 +400,6 @@ def add_rule(
             raise RuleError(
                 f"The sandbox level is read-only, workspace-write or none, not {sandbox!r}."
             )
-        from daemon.execution import sandbox as sb
 
         # what the sandbox cannot do there is said now, never when a command comes
         problem = sb.rule_problem(directory, sandbox, os.path.expanduser("~"), lmd_home)

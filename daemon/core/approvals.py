@@ -28,6 +28,9 @@ import json
 import secrets
 from dataclasses import dataclass
 
+from daemon.spoken import answers
+from daemon.spoken.answers import hear_answer
+
 # None: not an agent's request. "": an agent's request without an approval. Else the
 # fingerprint it carries.
 REQUEST_AGENT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -68,8 +71,6 @@ NOT_HEARD = (
 def answer_word(text: str) -> str | None:
     """'yes', 'no', or None for anything else: a wait, an unclear answer, a request (the core's
     reading of spoken answers, daemon/spoken/answers.py, biased to refuse)."""
-    from daemon.spoken.answers import hear_answer
-
     heard = hear_answer(text)
     return heard.outcome if heard is not None and heard.outcome in ("yes", "no") else None
 
@@ -78,8 +79,6 @@ def is_answer(text: str) -> bool:
     """Does the utterance answer a waiting question (yes, no, wait, unclear, or a rule answer)
     rather than ask something new? The one place the core asks the spoken-answer classifier
     (daemon/spoken/answers.py)."""
-    from daemon.spoken import answers
-
     return answers.hear_answer(text) is not None or answers.is_bare_answer(text)
 
 

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+from daemon.backends.capabilities import check_overrides
+from daemon.backends.embedded import check_gguf
+from daemon.core.errors import LmdError
 from daemon.core.settings import Setting
+from daemon.execution.sandbox import NEVER_PASSED
 
 
 def _check_aliases(value: object) -> str | None:
@@ -39,7 +44,6 @@ def _check_env_names(value: object) -> str | None:
         isinstance(n, str) and _ENV_NAME.match(n) for n in value
     ):
         return 'it must be a JSON list of environment variable names, like ["GOPATH"]'
-    from daemon.execution.sandbox import NEVER_PASSED
 
     refused = sorted(set(value) & NEVER_PASSED)
     if refused:
@@ -192,10 +196,6 @@ def _check_origins(value: object) -> str | None:
 def _check_gguf(value: object) -> str | None:
     if not value:
         return None
-    from pathlib import Path
-
-    from daemon.backends.embedded import check_gguf
-    from daemon.core.errors import LmdError
 
     try:
         check_gguf(Path(str(value)).expanduser())
@@ -205,8 +205,6 @@ def _check_gguf(value: object) -> str | None:
 
 
 def _check_capabilities(value: object) -> str | None:
-    from daemon.backends.capabilities import check_overrides
-
     return check_overrides(value)
 
 

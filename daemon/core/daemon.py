@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -11,11 +12,23 @@ from typing import Any
 
 import pluggy
 
+from daemon.backends import tokens
+from daemon.backends.capabilities import CapabilityCache
+from daemon.backends.choice import choose_backend, embedded_model
+from daemon.backends.for_commands import embedded_identity
+from daemon.backends.llm import LLM, api_key, endpoint_from
+from daemon.backends.supervisor import Supervisor
+from daemon.core.directives import build_table
 from daemon.core.errors import LmdError
-from daemon.core.home import default_home, secure_home
+from daemon.core.home import default_home
+from daemon.core.private import secure_home
 from daemon.core.registry import collect, parse_setting
 from daemon.core.settings import Settings
+from daemon.core.store import Store
+from daemon.execution import sandbox
 from daemon.plugins import get_plugin_manager
+
+log = logging.getLogger("lmd.core")
 
 
 class SessionLocks:
@@ -48,15 +61,12 @@ class Daemon:
         pm: pluggy.PluginManager | None = None,
         token: str | None = None,
     ) -> None:
-        from daemon.core.store import Store
-
         self.home = Path(home) if home else default_home()
         self.pm = pm or get_plugin_manager()
         self.registry = collect(self.pm)
         self.modes = self.registry.modes
         self.token = token  # the active token (None: the app has none); never log it
         secure_home(self.home)
-        from daemon.backends import tokens
 
         tokens.remember_warnings_in(self.home)
         self.store = Store(self.home / "lmd.db")
@@ -87,14 +97,9 @@ class Daemon:
 
     def llm(self, settings: Settings | None = None):
         """The LLM client for the current endpoint and model (cached)."""
-        from daemon.backends.choice import choose_backend
-        from daemon.backends.llm import LLM, api_key, endpoint_from
-
         s = settings or self.settings()
         embedded = self.embedded_server(s) if choose_backend(s).embedded else None
         if embedded is not None:
-            from daemon.backends.for_commands import embedded_identity
-
             url, key, model = embedded.url, embedded.key, embedded.alias
         else:
             url, key, model = endpoint_from(s), api_key(), s["openai_model"]
@@ -121,7 +126,6 @@ class Daemon:
         server stated when it refused a longer one), leaving room for the answer."""
         budget = settings["max_tokens"]
         window = None
-        from daemon.backends.choice import choose_backend
 
         if choose_backend(settings).embedded:
             window = settings["embedded_context"]
@@ -137,9 +141,6 @@ class Daemon:
     def embedded_server(self, settings: Settings):
         """The embedded model's supervisor, started on first need (on the event loop)."""
         if self.embedded is None:
-            from daemon.backends.choice import embedded_model
-            from daemon.backends.supervisor import Supervisor
-
             path, alias = embedded_model(settings)
             self.embedded = Supervisor(
                 path, settings["embedded_context"], settings["embedded_threads"], alias
@@ -150,16 +151,12 @@ class Daemon:
     def capability_cache(self):
         """Probed backend capabilities, kept in the database across restarts."""
         if self._capabilities is None:
-            from daemon.backends.capabilities import CapabilityCache
-
             self._capabilities = CapabilityCache(
                 self.store.capabilities, self.store.save_capabilities
             )
         return self._capabilities
 
     def directive_table(self, settings: Settings) -> dict:
-        from daemon.core.directives import build_table
-
         aliases = dict(settings["directive_aliases"])
         for mode in self.modes.values():
             aliases.setdefault(mode.name, [])
@@ -173,9 +170,6 @@ class Daemon:
     async def warm_up(self) -> None:
         """Import the backend client, probe the sandbox and load the tokenizer now, not on the
         first request."""
-        from daemon.backends import tokens
-        from daemon.execution import sandbox
-
         settings = self.settings()
         try:
             llm = self.llm(settings)  # with the embedded model, its server starts now
@@ -198,9 +192,7 @@ class Daemon:
         try:
             await llm.capabilities()
         except Exception as e:  # noqa: BLE001 - a probe never stops the daemon
-            import logging
-
-            logging.getLogger("lmd.core").debug("capability probe failed: %s", e)
+            log.debug("capability probe failed: %s", e)
 
     async def call_hook(self, name: str) -> None:
         """Run startup/shutdown hooks, awaiting those that return awaitables."""

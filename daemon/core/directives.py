@@ -15,6 +15,8 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from daemon.spoken import sounds
+
 _LEAD = re.compile(r"[\W_]*", re.UNICODE)  # punctuation, quotes and spaces before the word
 _WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 _GAP = re.compile(r"[\s\-]+")
@@ -116,8 +118,6 @@ def _parsed(
 def _sounds_like(words: tuple[str, ...], table: Mapping[tuple[str, ...], str]) -> str | None:
     """The mode whose one-word directive (or alias) these words sound like, when they are no
     ordinary English word; None otherwise."""
-    from daemon.spoken import sounds
-
     heard = "".join(words)
     if not heard.isascii():
         return None
@@ -139,8 +139,6 @@ def alias_problem(alias: str, mode: str, table: Mapping[tuple[str, ...], str]) -
     """(why `alias` cannot be a spoken form of `mode`, or ""; a note to say with it, or "").
     An alias is one to three words of letters, not yet taken, and not so common a word that
     everyday sentences start with it ("go", "list")."""
-    from daemon.spoken import sounds
-
     words = tuple(fold(w) for w in _WORD.findall(alias))
     if not words or len(words) > 3 or "".join(words) != fold("".join(alias.split())):
         return f"An alias is one to three words of letters; {alias} is not one.", ""

@@ -12,6 +12,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from daemon.backends import tokens
+from daemon.core import karma
+from daemon.core.approvals import new_question, public
+
 if TYPE_CHECKING:
     from daemon.backends.llm import LLM
     from daemon.core.daemon import Daemon
@@ -22,14 +26,10 @@ if TYPE_CHECKING:
 # Imported on first use: plugins import this module (for Mode) when `lmd --help` lists their
 # commands, and the token counter and karma are not needed for that.
 def _tokens():
-    from daemon.backends import tokens
-
     return tokens
 
 
 def _karma():
-    from daemon.core import karma
-
     return karma
 
 
@@ -142,8 +142,6 @@ class Context:
         """Wait for the user's next utterance (e.g. an approval); None clears it. The question
         gets its identity and remembers that this request's client heard it (a question kept
         open, with its id, keeps it: daemon.core.approvals)."""
-        from daemon.core.approvals import new_question, public
-
         if pending is None:
             self.session.pending = None
         else:
@@ -154,7 +152,5 @@ class Context:
     def keep_pending(self, pending: dict) -> None:
         """The question stays open as it was (its id, its time); this request's client has
         now heard it (an answer lmd could not use, or a question said again)."""
-        from daemon.core.approvals import new_question, public
-
         self.session.pending = new_question(pending)
         self.extra["pending"] = public(self.session.pending)

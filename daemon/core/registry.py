@@ -71,9 +71,10 @@ def _clash(what: str, first: str, second: str) -> LmdError:
     )
 
 
-def collect(pm: pluggy.PluginManager) -> Registry:
+def collect(pm: pluggy.PluginManager, *, routes: bool = True) -> Registry:
     """Call the register_* hooks; refuse a setting, mode or route registered twice with one
-    sentence naming both plugins."""
+    sentence naming both plugins. Without `routes`, register_routes is not called: a command
+    on the database needs no routes, nor their modules (starlette and the features' code)."""
     reg = Registry(specs={s.name: s for s in CORE_SETTINGS})
 
     for impl in pm.hook.register_settings.get_hookimpls():
@@ -96,7 +97,7 @@ def collect(pm: pluggy.PluginManager) -> Registry:
         impl.function(register=add_mode)
 
     owners: dict[str, str] = {}  # "METHOD /path" -> plugin
-    for impl in pm.hook.register_routes.get_hookimpls():
+    for impl in pm.hook.register_routes.get_hookimpls() if routes else []:
 
         def add_route(
             path: str, endpoint: Any, methods: list[str] | None = None, _plugin=impl.plugin_name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from daemon.core.approvals import is_answer
 from daemon.core.directives import Parsed
 from daemon.core.store import Session
 
@@ -15,8 +16,6 @@ def resolve(
     pending = session.pending if fresh else None
     if parsed.mode is not None:
         if pending and pending.get("mode") == parsed.mode and parsed.rest:
-            from daemon.core.approvals import is_answer
-
             if is_answer(parsed.rest):
                 return parsed.mode, pending
         return parsed.mode, None

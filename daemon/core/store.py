@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.core import defaults
+from daemon.core.core_settings import CORE_SETTINGS
 
 
 def _import_sqlite_utils():
@@ -21,13 +23,11 @@ def _import_sqlite_utils():
     writes with SQL). Those imports cost every `lmd serve` and every CLI command that opens the
     database about 0.3 s of CPU (`lmd settings set` 0.7 s instead of 0.4), some of it at exit.
     They are kept out unless already imported."""
-    import sys
-
     kept_out = [name for name in ("pandas", "numpy") if name not in sys.modules]
     for name in kept_out:
         sys.modules[name] = None  # type: ignore[assignment]  # `import numpy` fails fast
     try:
-        import sqlite_utils
+        import sqlite_utils  # here, with numpy and pandas kept out (see above)
     finally:
         for name in kept_out:
             del sys.modules[name]
@@ -135,8 +135,6 @@ def m003_operative_karma(db: sqlite_utils.Database) -> None:
     """Promoted prompts got contextual_karma before operative_karma existed; give them the
     operative points, so the seed's order (operative above instructive) holds for old rows
     too. A row already worth more keeps its points."""
-    from daemon.core.core_settings import CORE_SETTINGS
-
     points = next(s.default for s in CORE_SETTINGS if s.name == "operative_karma")
     if "settings" in db.table_names():
         row = db.execute("SELECT value FROM settings WHERE name = 'operative_karma'").fetchone()
@@ -163,6 +161,7 @@ def m004_backend_capabilities(db: sqlite_utils.Database) -> None:
 
 def m005_rules(db: sqlite_utils.Database) -> None:
     """The approval rules, with the built-in defaults (daemon/agent/rules.py)."""
+    # once per database: the rules' and words' modules stay off every command's start
     from daemon.agent.rules import m005_rules as make
 
     make(db)
@@ -170,6 +169,7 @@ def m005_rules(db: sqlite_utils.Database) -> None:
 
 def m006_rule_ids(db: sqlite_utils.Database) -> None:
     """Rule ids never reused (daemon/agent/rules.py)."""
+    # once per database: the rules' and words' modules stay off every command's start
     from daemon.agent.rules import m006_rule_ids as make
 
     make(db)
@@ -190,6 +190,7 @@ def m007_prompt_steps(db: sqlite_utils.Database) -> None:
 
 def m008_words(db: sqlite_utils.Database) -> None:
     """The user's dictionary of spoken words (daemon/spoken/vocabulary.py)."""
+    # once per database: the rules' and words' modules stay off every command's start
     from daemon.spoken.vocabulary import m008_words as make
 
     make(db)
@@ -288,8 +289,6 @@ class Store:
 
     def _follow_defaults(self, specs: Mapping[str, Any] | None) -> None:
         if specs is None:
-            from daemon.core.core_settings import CORE_SETTINGS
-
             specs = {s.name: s for s in CORE_SETTINGS}
         self.db.executescript(SETTINGS_SCHEMA)
         to_follow, to_mark = defaults.plan(self.db.conn, specs)

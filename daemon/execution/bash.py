@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+import tree_sitter
+import tree_sitter_bash
+
 _SAFE_TARGETS = {"/dev/null"}
 # Structure that only joins commands: what bash runs is still each command, one after another.
 _JOINING = {"program", "list", "pipeline", "redirected_statement", ";", "&&", "||", "|", "|&",
@@ -40,9 +43,6 @@ class Unmodelled(Exception):
 
 @lru_cache(maxsize=1)
 def _parser() -> Any:
-    import tree_sitter
-    import tree_sitter_bash
-
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
 

@@ -16,7 +16,7 @@ PR_SET_CHILD_SUBREAPER = 36
 
 def _subreaper() -> None:
     try:
-        import ctypes
+        import ctypes  # inside the try: a Python built without ctypes still reaps by group
 
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):

@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from daemon.backends.llm import api_key
 from daemon.execution import sandbox as sandboxing
 from daemon.execution.sandbox import memory
 from daemon.execution.sandbox.staging import discard, new_stage
@@ -99,8 +100,6 @@ def environment_secrets() -> list[str]:
 
 def daemon_secrets(daemon: Any) -> list[str]:
     """The daemon's token and the configured API key: redacted from every command's output."""
-    from daemon.backends.llm import api_key
-
     found = environment_secrets()
     token = getattr(daemon, "token", None)
     if token:

@@ -27,8 +27,11 @@ from daemon.core.settings import SettingError, refuse_if_protected
 from daemon.core.speak import unfence, wants_raw, wants_speech
 from daemon.core.turn import Outcome
 from daemon.http import backend, relay
+from daemon.http import rules as rule_routes
 from daemon.http.body import MAX_PROMPT_ID, decode_text, read_json, read_request_body, session_name
 from daemon.http.guard import Guard, same_user, token_presented
+from daemon.http.openapi import build_spec
+from daemon.http.peer import supported
 from daemon.http.reply import TurnReply
 
 log = logging.getLogger("lmd.app")
@@ -204,8 +207,6 @@ async def promote(request: Request) -> Response:
 
 
 async def openapi_json(request: Request) -> Response:
-    from daemon.http.openapi import build_spec
-
     return JSONResponse(build_spec(get_daemon(request)))
 
 
@@ -281,8 +282,6 @@ def create_app(
     turns the check off (only the token gets in). It applies only bound to loopback.
     """
     if peer_check == "kernel":
-        from daemon.http.peer import supported
-
         peer_check = same_user if supported() else None
     daemon = Daemon(home=home, pm=pm, token=token)
 
@@ -295,8 +294,6 @@ def create_app(
         finally:
             await daemon.call_hook("shutdown")
             await daemon.close()
-
-    from daemon.http import rules as rule_routes  # it imports this module
 
     routes = [
         Route("/v1", v1, methods=["POST"]),

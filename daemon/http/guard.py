@@ -23,9 +23,12 @@ import json
 import logging
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from daemon.core.approvals import REQUEST_AGENT, REQUEST_LISTENER, Listener
+from daemon.core.home import read_token_file, token_path
+from daemon.http.peer import socket_uid, supported
 
 log = logging.getLogger("lmd.guard")
 
@@ -63,8 +66,6 @@ def token_presented() -> bool:
 
 def same_user(scope: dict) -> bool:
     """The kernel says the client's socket belongs to the daemon's own (effective) user."""
-    from daemon.http.peer import socket_uid
-
     client, server = scope.get("client"), scope.get("server")
     if not client or not server:
         return False
@@ -271,11 +272,6 @@ def owner_only(app: Any, home: Any) -> Any:
     """`app` behind the daemon's owner check, for a server beside the daemon on loopback
     (`lmd mcp serve --http`): the token in LMD_HOME/token (or LMD_TOKEN), or on Linux the
     kernel's word that the client runs as the same user."""
-    from pathlib import Path
-
-    from daemon.core.home import read_token_file, token_path
-    from daemon.http.peer import supported
-
     token = os.environ.get("LMD_TOKEN", "").strip() or None
     path = token_path(Path(home))
     if token is None and path.exists():

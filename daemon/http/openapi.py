@@ -9,6 +9,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from daemon import __version__
+from daemon.http.rules import openapi_paths
 
 if TYPE_CHECKING:
     from daemon.core.daemon import Daemon
@@ -279,8 +280,6 @@ def core_paths(setting_names: list[str]) -> dict[str, dict]:
 
 
 def _rule_paths() -> dict:
-    from daemon.http.rules import openapi_paths
-
     return openapi_paths(_json, _error, SESSION)
 
 

@@ -12,10 +12,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx2
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from daemon.backends.capabilities import server_root
+from daemon.backends.choice import choose_backend
+from daemon.backends.for_commands import embedded_identity
 from daemon.core.errors import BackendError, LmdError
+from daemon.http.body import read_request_body
 
 # Request headers that mean something to the model server; the rest (the daemon's token
 # among them) stay here.
@@ -23,8 +28,6 @@ FORWARDED = ("content-type", "accept", "x-lmd-probe")
 
 
 def _supervisor(request: Request) -> Any:
-    from daemon.backends.choice import choose_backend
-
     daemon = request.app.state.daemon
     settings = daemon.settings()
     if not choose_backend(settings).embedded:
@@ -37,8 +40,6 @@ def _supervisor(request: Request) -> Any:
 
 async def embedded(request: Request) -> Response:
     """The embedded model this daemon serves: its name and its file's identity."""
-    from daemon.backends.for_commands import embedded_identity
-
     sup = _supervisor(request)
     try:
         identity = embedded_identity(sup.model_path)
@@ -53,11 +54,6 @@ async def embedded(request: Request) -> Response:
 async def relay(request: Request) -> Response:
     """Forward one request to the embedded server; its answer comes back as it is made. A
     client that goes away cancels the request at the server."""
-    import httpx2
-
-    from daemon.backends.capabilities import server_root
-    from daemon.http.body import read_request_body
-
     daemon = request.app.state.daemon
     sup = _supervisor(request)
     body = await read_request_body(request, daemon)

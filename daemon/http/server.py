@@ -11,7 +11,19 @@ import socket
 import sys
 from pathlib import Path
 
+from hypercorn.asyncio import serve as hypercorn_serve
+from hypercorn.config import Config
+
+from daemon.backends import tokens
+from daemon.backends.choice import choose_backend, embedded_model
+from daemon.backends.embedded import engine_missing
+from daemon.backends.llm import endpoint_from, shown_url
 from daemon.core.errors import LmdError
+from daemon.core.home import default_home
+from daemon.core.private import register_home, secure_home, server_token
+from daemon.execution import sandbox
+from daemon.http.app import create_app
+from daemon.http.peer import supported
 
 DEFAULT_PORT = 8420
 
@@ -67,8 +79,6 @@ def check_port_free(host: str, port: int) -> None:
 
 def sandbox_state(level: str) -> str:
     """One line on how commands are sandboxed (for the start-up message and `lmd doctor`)."""
-    from daemon.execution import sandbox
-
     if level == sandbox.OFF:
         return (
             "off (sandbox_level is off): commands that look read-only run unsandboxed; "
@@ -85,10 +95,6 @@ def sandbox_state(level: str) -> str:
 
 def backend_state(settings) -> str:
     """One line on which backend answers and how to switch (start-up and `lmd doctor`)."""
-    from daemon.backends.choice import choose_backend, embedded_model
-    from daemon.backends.embedded import engine_missing
-    from daemon.backends.llm import endpoint_from, shown_url
-
     choice = choose_backend(settings)
     if not choice.embedded:
         return (
@@ -117,13 +123,6 @@ def serve(
     Only the owner gets in (daemon.http.guard): the token, always set (LMD_HOME/token is created
     on first start), or on Linux loopback the kernel's word that the client is the same user.
     """
-    from hypercorn.asyncio import serve as hypercorn_serve
-    from hypercorn.config import Config
-
-    from daemon.core.home import default_home, register_home, secure_home, server_token
-    from daemon.http.app import create_app
-    from daemon.http.peer import supported
-
     host, port = parse_bind(bind)
     check_policy(host, str(token_file) if token_file else os.environ.get("LMD_TOKEN"))
     check_port_free(host, port)
@@ -155,8 +154,6 @@ def serve(
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
     config.keep_alive_timeout = 30
-
-    from daemon.backends import tokens
 
     who = "your own processes, or requests with" if peer else "requests with"
     print(

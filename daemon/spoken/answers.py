@@ -15,6 +15,8 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from daemon.core.words import plural
+
 YES, NO, WAIT, UNCLEAR = "yes", "no", "wait", "unclear"
 
 # Past this many words an utterance is a request, or a speech engine's run-on, not an answer.
@@ -367,8 +369,6 @@ def nothing_waiting(
 
 
 def _duration(secs: float) -> str:
-    from daemon.core.words import plural
-
     if secs >= 120 and secs % 60 == 0:
         return f"over {plural(int(secs // 60), 'minute')}"
     return f"over {plural(int(secs), 'second')}"

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from daemon.cli import fail, home_option, open_daemon_state
+from daemon.spoken.vocabulary import WordsError, add_word, all_words, remove_word
 
 
 @click.group()
@@ -22,8 +23,6 @@ def words() -> None:
 def words_add(said: str, meant: str, home: Path | None) -> None:
     """Add SAID (as the speech engine writes it) meaning MEANT: lmd words add "kube cuddle"
     kubectl."""
-    from daemon.spoken.vocabulary import WordsError, add_word
-
     _, store, _ = open_daemon_state(home)
     try:
         spoken, kept = add_word(store, said, meant)
@@ -36,8 +35,6 @@ def words_add(said: str, meant: str, home: Path | None) -> None:
 @home_option
 def words_list(home: Path | None) -> None:
     """Every entry: what is said, and what it means."""
-    from daemon.spoken.vocabulary import all_words
-
     _, store, _ = open_daemon_state(home)
     found = all_words(store)
     if not found:
@@ -51,8 +48,6 @@ def words_list(home: Path | None) -> None:
 @home_option
 def words_remove(said: str, home: Path | None) -> None:
     """Remove the entry for SAID."""
-    from daemon.spoken.vocabulary import WordsError, remove_word
-
     _, store, _ = open_daemon_state(home)
     try:
         spoken = remove_word(store, said)

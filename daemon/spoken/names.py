@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from daemon.spoken.numbers import spoken_number
 from daemon.spoken.sounds import key
 
 # Spoken punctuation. Infix marks join the words on either side ("feature slash login");
@@ -107,8 +108,6 @@ def _option(token: str) -> bool:
 
 def _number_after_option(words: list[str], i: int, out: list[str]) -> tuple[str, int] | None:
     """Number words right after an option ("-" or "-n"): (digits, how many words)."""
-    from daemon.spoken.numbers import spoken_number
-
     if not out or not (out[-1] == "-" or _option(out[-1])):
         return None
     for n in range(min(4, len(words) - i), 0, -1):

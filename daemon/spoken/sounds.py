@@ -12,6 +12,9 @@ from __future__ import annotations
 import functools
 import re
 
+import jellyfish
+from spellchecker import SpellChecker
+
 # A word seen more often than this in pyspellchecker's English frequencies is an ordinary
 # word. Names and rare words sit at its floor (50): "marat", "murat" and "dali" are there,
 # "merit" (4695), "dolly" (2493) and "cable" (18344) are far above.
@@ -23,8 +26,6 @@ COMMON_COUNT = 10_000
 
 @functools.lru_cache(maxsize=1)
 def _frequencies() -> dict[str, int]:
-    from spellchecker import SpellChecker
-
     return dict(SpellChecker(language="en", distance=1).word_frequency.dictionary)
 
 
@@ -46,16 +47,12 @@ def is_common(word: str) -> bool:
 def key(text: str) -> str:
     """The phonetic key of what is said: metaphone of its letters, spaces ignored ("kube
     cuddle" and "kubectl" share KBKTL)."""
-    import jellyfish
-
     letters = re.sub(r"[^a-z]", "", text.lower())
     return jellyfish.metaphone(letters) if letters else ""
 
 
 def distance(a: str, b: str) -> int:
     """Edits (insert, delete, change, swap) from one spelling to the other."""
-    import jellyfish
-
     return jellyfish.damerau_levenshtein_distance(a.lower(), b.lower())
 
 

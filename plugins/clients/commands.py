@@ -11,6 +11,34 @@ from pathlib import Path
 
 import click
 
+from daemon.api import (
+    ClientError,
+    LmdError,
+    check_policy,
+    clean,
+    collect,
+    default_home,
+    get_plugin_manager,
+    is_loopback,
+    parse_bind,
+    request,
+)
+
+from .doctor import FAIL, report, run_checks
+from .service import (
+    ServiceSpec,
+    control_commands,
+    default_platform,
+    run_commands,
+    this_lmd,
+    unit_dir,
+    unit_file_name,
+)
+from .service import (
+    render as render_unit,
+)
+from .shell_init import render as render_shell_init
+
 
 def _fail(message: str, code: int = 1) -> None:
     click.echo(message, err=True)
@@ -18,8 +46,6 @@ def _fail(message: str, code: int = 1) -> None:
 
 
 def _mode_names() -> list[str]:
-    from daemon.api import collect, get_plugin_manager
-
     return list(collect(get_plugin_manager()).modes)
 
 
@@ -28,9 +54,7 @@ def _mode_names() -> list[str]:
 @click.option("--no-bind", is_flag=True, help="Leave out the Alt-m key binding.")
 def shell_init(shell: str, no_bind: bool) -> None:
     """Print shell functions for every mode: eval "$(lmd shell-init bash)"."""
-    from .shell_init import render
-
-    click.echo(render(shell, _mode_names(), bind=not no_bind), nl=False)
+    click.echo(render_shell_init(shell, _mode_names(), bind=not no_bind), nl=False)
 
 
 @click.command()
@@ -41,8 +65,6 @@ def shell_init(shell: str, no_bind: bool) -> None:
 def propose(line: tuple[str, ...], url: str | None, session: str | None, cwd: str | None):
     """Print one proposed bash command for LINE; nothing is run (control characters and
     escape sequences are removed: the line goes into your command line)."""
-    from daemon.api import ClientError, request
-
     headers = {"Accept": "text/plain"}
     if session:
         headers["X-Session"] = session
@@ -52,7 +74,6 @@ def propose(line: tuple[str, ...], url: str | None, session: str | None, cwd: st
         _, _, raw = request("POST", "/v1/propose", " ".join(line), url=url, headers=headers)
     except ClientError as e:
         _fail(e.message)
-    from daemon.api import clean
 
     # The line goes into the shell's command line: no escape sequence may hide or
     # rewrite any part of it, terminal or not.
@@ -78,10 +99,6 @@ def _service_options(f):
 
 
 def _spec_from(bind: str, home: Path | None):
-    from daemon.api import default_home
-
-    from .service import ServiceSpec, this_lmd
-
     return ServiceSpec(this_lmd(), bind, str((home or default_home()).resolve()))
 
 
@@ -91,9 +108,7 @@ def _spec_from(bind: str, home: Path | None):
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), envvar="LMD_HOME")
 def service_show(platform, target_dir, bind, home) -> None:
     """Print the unit that `install` would write."""
-    from .service import default_platform, render
-
-    click.echo(render(_spec_from(bind, home), platform or default_platform()), nl=False)
+    click.echo(render_unit(_spec_from(bind, home), platform or default_platform()), nl=False)
 
 
 @service.command("install")
@@ -103,17 +118,6 @@ def service_show(platform, target_dir, bind, home) -> None:
 @click.option("--no-start", is_flag=True, help="Write the unit only; do not enable it.")
 def service_install(platform, target_dir, bind, home, no_start) -> None:
     """Write the unit and start it now and at every login."""
-    from daemon.api import LmdError, check_policy, is_loopback, parse_bind
-
-    from .service import (
-        control_commands,
-        default_platform,
-        render,
-        run_commands,
-        unit_dir,
-        unit_file_name,
-    )
-
     platform = platform or default_platform()
     try:
         host, _ = parse_bind(bind)
@@ -128,7 +132,7 @@ def service_install(platform, target_dir, bind, home, no_start) -> None:
     folder = target_dir or unit_dir(platform)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / unit_file_name(platform)
-    path.write_text(render(_spec_from(bind, home), platform))
+    path.write_text(render_unit(_spec_from(bind, home), platform))
     click.echo(f"Wrote {path}.")
     if no_start:
         return
@@ -143,14 +147,6 @@ def service_install(platform, target_dir, bind, home, no_start) -> None:
 @click.option("--no-stop", is_flag=True, help="Remove the unit only; do not stop it.")
 def service_uninstall(platform, target_dir, no_stop) -> None:
     """Stop the service and remove its unit."""
-    from .service import (
-        control_commands,
-        default_platform,
-        run_commands,
-        unit_dir,
-        unit_file_name,
-    )
-
     platform = platform or default_platform()
     path = (target_dir or unit_dir(platform)) / unit_file_name(platform)
     if not path.exists():
@@ -175,10 +171,6 @@ def service_uninstall(platform, target_dir, no_stop) -> None:
 )
 def doctor(offline: bool, as_json: bool, home: Path | None) -> None:
     """Check the database, settings, backend, tokenizer, bind policy and plugins."""
-    from daemon.api import default_home
-
-    from .doctor import FAIL, report, run_checks
-
     findings = run_checks(home or default_home(), offline=offline)
     click.echo(report(findings, as_json))
     failed = [f for f in findings if f.status == FAIL]

@@ -13,12 +13,35 @@ import json
 import os
 import re
 import sqlite3
+import stat
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from importlib.metadata import distributions, entry_points
 from pathlib import Path
 from typing import Any
+
+from daemon.api import (
+    PRIVATE_FILES,
+    LmdError,
+    Settings,
+    api_key,
+    backend_state,
+    choose_backend,
+    collect,
+    command_backend,
+    daemon_url,
+    endpoint_from,
+    get_plugin_manager,
+    is_loopback,
+    parse_bind,
+    read_settings_table,
+    sandbox,
+    sandbox_state,
+    tokens,
+    wanted_plugins,
+)
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -64,8 +87,6 @@ def import_name_providers(names: frozenset[str]) -> dict[str, list[str]]:
     importlib.metadata's packages_distributions() gives them, without making a path object
     of every file every distribution lists (a quarter of a CPU-second with torch and Ray
     installed, for two names)."""
-    from importlib.metadata import distributions  # here: the client path never imports it
-
     found: dict[str, list[str]] = {name: [] for name in names}
     for dist in distributions():
         tops = set((dist.read_text("top_level.txt") or "").split()) or _inferred_tops(dist)
@@ -99,8 +120,6 @@ def _dist_key(name: str) -> str:
 
 def check_database(path: Path) -> tuple[Finding, Mapping[str, str]]:
     """The database file opens read-only and passes SQLite's integrity check."""
-    from daemon.api import read_settings_table
-
     if not path.exists():
         return Finding(
             "database", WARN, f"There is no database at {path} yet; `lmd serve` creates it."
@@ -155,8 +174,6 @@ def _http_json(
 
 def check_backend(settings: Any) -> list[Finding]:
     """GET /models, then one tiny chat call asking for logprobs."""
-    from daemon.api import api_key, endpoint_from
-
     base = endpoint_from(settings)
     key = api_key()
     timeout = min(float(settings["llm_timeout_secs"]), 10.0)
@@ -232,16 +249,12 @@ def check_backend(settings: Any) -> list[Finding]:
 
 def check_embedded(settings: Any) -> Finding:
     """The embedded model: its engine installed, its GGUF file there."""
-    from daemon.api import backend_state
-
     state = backend_state(settings)
     return Finding("backend", FAIL if ", but: " in state else OK, state[0].upper() + state[1:])
 
 
 def check_capabilities(environ: dict) -> Finding | None:
     """What the running daemon's backend can do (its cached probe), if a daemon answers."""
-    from daemon.api import daemon_url
-
     url = daemon_url(environ.get("LMD_URL"))
     status, data, _ = _http_json(url + "/backend", environ.get("LMD_TOKEN") or "", 30.0)
     if status != 200 or not isinstance(data, dict):
@@ -258,8 +271,6 @@ def check_capabilities(environ: dict) -> Finding | None:
 
 
 def check_tokenizer(model: str) -> Finding:
-    from daemon.api import tokens
-
     name = tokens.tokenizer_name(model)
     if name.startswith("tiktoken"):
         return Finding("tokenizer", OK, f"Token counts come from {name}.")
@@ -273,8 +284,6 @@ def check_tokenizer(model: str) -> Finding:
 
 def check_sandbox(settings: Any) -> Finding:
     """Can commands run in the OS sandbox here? Without one, marat asks before every command."""
-    from daemon.api import LmdError, sandbox, sandbox_state
-
     try:
         level = settings["sandbox_level"]
     except LmdError:
@@ -285,8 +294,6 @@ def check_sandbox(settings: Any) -> Finding:
 
 
 def check_policy(environ: dict) -> Finding:
-    from daemon.api import LmdError, is_loopback, parse_bind
-
     bind = environ.get("LMD_BIND") or "127.0.0.1:8420"
     token = environ.get("LMD_TOKEN") or environ.get("LMD_TOKEN_FILE")
     try:
@@ -311,10 +318,6 @@ def check_policy(environ: dict) -> Finding:
 
 def check_private_files(home: Path) -> Finding:
     """LMD_HOME 0700; the database, its WAL files and the token 0600 (serve fixes them)."""
-    import stat
-
-    from daemon.api import PRIVATE_FILES
-
     loose = []
     for path in [home, *(home / name for name in PRIVATE_FILES)]:
         try:
@@ -386,8 +389,6 @@ def check_token(home: Path, environ: dict) -> Finding:
 
 
 def check_daemon(environ: dict) -> Finding:
-    from daemon.api import daemon_url
-
     url = daemon_url(environ.get("LMD_URL"))
     status, data, error = _http_json(url + "/healthz", environ.get("LMD_TOKEN") or "", 3.0)
     if status == 200 and isinstance(data, dict):
@@ -407,8 +408,6 @@ def check_daemon(environ: dict) -> Finding:
 def check_commands(settings: Any, environ: dict) -> Finding:
     """Which backend lmd's own commands ask (lmd score, sql, selectit, elo): the one lmd
     serve would use, through a running daemon where it serves the embedded model."""
-    from daemon.api import LmdError, command_backend
-
     try:
         with command_backend(
             settings, say=lambda line: None, environ=environ, daemon=environ.get("LMD_URL")
@@ -420,10 +419,6 @@ def check_commands(settings: Any, environ: dict) -> Finding:
 
 
 def check_plugins(pm: Any) -> Finding:
-    from importlib.metadata import entry_points
-
-    from daemon.api import wanted_plugins
-
     wanted = wanted_plugins()
     loaded = {name for name, _ in pm.list_name_plugin()}
     broken = []
@@ -445,8 +440,6 @@ def check_plugins(pm: Any) -> Finding:
 
 def run_checks(home: Path, offline: bool = False, environ: dict | None = None) -> list[Finding]:
     """Every check, in the order a person would fix them."""
-    from daemon.api import Settings, choose_backend, collect, get_plugin_manager
-
     env = dict(os.environ if environ is None else environ)
     pm = get_plugin_manager()
     findings = [check_package_names(), check_plugins(pm)]

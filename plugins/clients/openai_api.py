@@ -13,7 +13,18 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.api import LmdError
+from starlette.responses import JSONResponse, StreamingResponse
+
+from daemon.api import (
+    LmdError,
+    TurnReply,
+    read_json,
+    session_name,
+    tokens,
+    unmark,
+    wants_speech,
+    working_directory,
+)
 
 MODEL_PREFIX = "lmd"
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
@@ -287,8 +298,6 @@ def _json_type(value: Any) -> str:
 # -- routes ---------------------------------------------------------------------------------
 async def models(request: Any) -> Any:
     """GET /v1/models: `lmd` and `lmd-<mode>` for every registered mode."""
-    from starlette.responses import JSONResponse
-
     daemon = request.app.state.daemon
     created = int(time.time())
     data = [
@@ -300,8 +309,6 @@ async def models(request: Any) -> Any:
 
 async def model(request: Any) -> Any:
     """GET /v1/models/{model}: one model object, or an OpenAI-style 404."""
-    from starlette.responses import JSONResponse
-
     daemon = request.app.state.daemon
     name = request.path_params["model"]
     try:
@@ -313,8 +320,6 @@ async def model(request: Any) -> Any:
 
 async def chat_completions(request: Any) -> Any:
     """POST /v1/chat/completions: one lmd turn, answered as a chat completion."""
-    from starlette.responses import JSONResponse
-
     try:
         return await _chat(request)
     except LmdError as e:
@@ -323,18 +328,6 @@ async def chat_completions(request: Any) -> Any:
 
 
 async def _chat(request: Any) -> Any:
-    from starlette.responses import JSONResponse, StreamingResponse
-
-    from daemon.api import (
-        TurnReply,
-        read_json,
-        session_name,
-        tokens,
-        unmark,
-        wants_speech,
-        working_directory,
-    )
-
     daemon = request.app.state.daemon
     body = await read_json(request, daemon)
     chat = parse_request(body, list(daemon.modes))

@@ -9,9 +9,19 @@ Both turns are stored in the session, so later marat requests see what was propo
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
-from daemon.api import LmdError
+from starlette.responses import PlainTextResponse
+
+from daemon.api import (
+    LmdError,
+    decode_text,
+    read_body,
+    record_turn,
+    session_name,
+    working_directory,
+)
 
 SYSTEM_PROMPT = (
     "You turn a request into exactly one bash command for {system}. The working directory is "
@@ -40,12 +50,6 @@ def extract_command(reply: str) -> str:
 
 async def propose(request: Any) -> Any:
     """Plain text in (the command line), plain text out (the proposed command)."""
-    from pathlib import Path
-
-    from starlette.responses import PlainTextResponse
-
-    from daemon.api import decode_text, read_body, record_turn, session_name, working_directory
-
     daemon = request.app.state.daemon
     settings = daemon.settings()
     line = decode_text(await read_body(request, settings["max_body_bytes"])).strip()

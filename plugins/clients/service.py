@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .shell_init import lmd_command
+
 UNIT_NAME = "lmd.service"
 LAUNCHD_LABEL = "dev.lmd.daemon"
 
@@ -34,8 +36,6 @@ class ServiceSpec:
 
 def this_lmd() -> list[str]:
     """The command that starts this installation of lmd, with absolute paths."""
-    from .shell_init import lmd_command
-
     found = lmd_command()
     if os.path.isabs(found):
         return [found]

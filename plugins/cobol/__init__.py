@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
 # Only the hook marker at module level: `lmd --help` imports every plugin to list commands,
 # and a Setting or a Mode made here would cost it their modules for nothing.
 from daemon.api import hookimpl
+
+if TYPE_CHECKING:
+    from daemon.api import Context
+
+
+async def respond(ctx: Context) -> AsyncIterator[str]:
+    from .mode import respond as mode_respond  # the mode's code loads on its first utterance
+
+    async for chunk in mode_respond(ctx):
+        yield chunk
 
 
 @hookimpl
@@ -18,8 +31,6 @@ def register_settings(register):
 @hookimpl
 def register_modes(register):
     from daemon.api import Mode
-
-    from .mode import respond
 
     register(
         Mode(

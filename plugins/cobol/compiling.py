@@ -8,11 +8,13 @@ it asks, and a build the user approved runs outside the sandbox.
 
 from __future__ import annotations
 
+import difflib
+import hashlib
 import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-from daemon.api import LmdError, protected_in, sandbox
+from daemon.api import LmdError, daemon_secrets, protected_in, run_command, sandbox
 
 from . import build, focus, prompts
 from .edits import apply_and_record, apply_pending, ask_for_patch, planting, planting_question
@@ -85,8 +87,6 @@ async def compile_request(job: Job, fix: bool) -> AsyncIterator[str]:
 
 async def run_build(job: Job, command: str, policy: Any = None):
     """Run the build (in the sandbox when `policy` is given)."""
-    from daemon.api import daemon_secrets, run_command
-
     s = job.ctx.settings
     result = await run_command(
         command,
@@ -246,8 +246,6 @@ def _render(job: Job, targets: list[Focus]) -> str:
 def build_inputs(repo: str) -> dict[str, str]:
     """{path: sha256} of the files a build runs (Makefile, package.json, conftest.py, ...;
     daemon/execution/protected.py): a yes to a build is a yes to these as they are now."""
-    import hashlib
-
     found = {}
     for path in protected_in(repo):
         if os.path.isfile(path):
@@ -289,8 +287,6 @@ def what_changed(repo: str, asked: dict, snapshot: dict[str, str], changed: list
     """A unified diff of the build files changed since the question (`asked`: their hashes
     then, `snapshot`: their text then); a file too large or not text is left out (it is
     named all the same)."""
-    import difflib
-
     parts: list[str] = []
     for rel in changed:
         path = os.path.join(repo, rel)

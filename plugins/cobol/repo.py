@@ -7,7 +7,7 @@ import os
 import re
 from pathlib import Path
 
-from daemon.api import LmdError
+from daemon.api import LmdError, command_env
 
 # Git's own messages in English and no pager or password prompt, whatever the user's setup.
 _GIT_ENV = {"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
@@ -49,8 +49,6 @@ async def git_split(
 ) -> tuple[int, bytes, bytes]:
     """Like git(), but (exit code, stdout, stderr) as bytes, kept apart (`split`): for output
     lmd reads as data, which a warning on stderr must not mix into."""
-    from daemon.api import command_env
-
     env = command_env(repo, _GIT_ENV, [n for n in os.environ if n.startswith("GIT_")])
     code, names, _ = await _run_git(
         repo,

@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from daemon.api import batch_concurrency
+
 from .backends import Endpoint, run_all
 from .files import QA
 
@@ -50,8 +52,6 @@ async def _answer(
     run = AnswerRun(asked=len(todo))
     llm = endpoint.client()
     if not concurrency:  # as many as the backend serves
-        from daemon.api import batch_concurrency
-
         concurrency = await batch_concurrency(llm)
 
     def job(question: str):

@@ -25,7 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.api import LmdError
+import yaml
+from tqdm import tqdm
+
+from daemon.api import LLM, LmdError, command_backend, default_home, shown_url
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,6 @@ class Endpoint:
         return os.environ.get("OPENAI_API_KEY") or "sk-no-key-needed"
 
     def client(self) -> Any:
-        from daemon.api import LLM
-
         if self.backend is not None:
             return self.backend.client(self.model, timeout=self.timeout)
         return LLM(self.base_url, self.api_key(), self.timeout, self.retries, self.model)
@@ -68,8 +69,6 @@ def load_models_file(path: str | Path | None) -> dict[str, dict]:
         if p.suffix == ".json":
             data = json.loads(text)
         else:
-            import yaml
-
             data = yaml.safe_load(text) or {}
     except Exception as e:  # UnicodeDecodeError, JSONDecodeError, yaml.YAMLError
         raise LmdError(
@@ -95,8 +94,6 @@ def resolve(
     """The endpoint of model `name`: from the models file, else lmd's backend (`backend(name)`,
     the command's CommandBackend, opened only then). A line to `say` (the backend's getter
     says it for lmd's backend; default stderr) names it."""
-    from daemon.api import default_home, shown_url
-
     path = models_file or settings["elo_models_file"] or default_home() / "elo_models.yaml"
     table = load_models_file(path)
     timeout, retries = settings["llm_timeout_secs"], settings["llm_max_retries"]
@@ -138,8 +135,6 @@ def lmd_backend(
 
     def get(name: str) -> Any:
         if not opened:
-            from daemon.api import command_backend
-
             opened.append(command_backend(settings, model=name or None, say=say or _stderr))
         else:
             (say or _stderr)(f"lmd: asking {opened[0].describe(name or None)}.")
@@ -166,8 +161,6 @@ async def run_all(
     every_secs: float = 2.0,
 ) -> None:
     """Run jobs with at most `concurrency` in flight, a progress bar, periodic checkpoints."""
-    from tqdm import tqdm
-
     sem = asyncio.Semaphore(max(1, concurrency))
     bar = tqdm(total=len(jobs), desc=desc, unit="call", file=sys.stderr, disable=None)
     last = time.monotonic()

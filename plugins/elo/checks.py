@@ -8,6 +8,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from .arrange import battle_key
+
 # Name starts that mark a family, longest first where one is the start of another
 # ("gpt4all" is Nomic's, not OpenAI's). A name with none of them is its own family: its
 # leading run of letters ("vicuna-13b" -> "vicuna").
@@ -116,8 +120,6 @@ class Agreement:
 def battle_agreement(judged: list[dict], human: list[dict]) -> Agreement:
     """Per-battle agreement of `judged` with `human`, matching battles by question and pair
     of models (either orientation; a human row's verdict is turned to the judge's)."""
-    from .arrange import battle_key
-
     people: dict[tuple, str] = {}
     for r in human:
         if not (r.get("question") or "").strip():
@@ -159,8 +161,6 @@ def rating_agreement(
     judged_ratings: dict[str, float], human_ratings: dict[str, float], into: Agreement
 ) -> Agreement:
     """Spearman's rank correlation and pair-order agreement over the models both rate."""
-    import numpy as np
-
     common = sorted(set(judged_ratings) & set(human_ratings))
     into.models = len(common)
     if len(common) < 2:
@@ -177,8 +177,6 @@ def rating_agreement(
 
 def _ranks(values: Any) -> Any:
     """Ranks with ties sharing their mean rank (as Spearman's coefficient wants)."""
-    import numpy as np
-
     order = np.argsort(values, kind="stable")
     ranks = np.empty(len(values))
     ranks[order] = np.arange(len(values), dtype=float)

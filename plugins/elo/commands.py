@@ -8,17 +8,65 @@ command handles it itself. Heavy modules are imported inside the commands.
 
 from __future__ import annotations
 
+import csv
 import functools
 import getpass
+import io
 import json
 import os
+import sqlite3
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import click
 
-from daemon.api import LmdError, csv_cell, home_option, plural, refuse_overwrite
+from daemon.api import (
+    LmdError,
+    Settings,
+    csv_cell,
+    default_home,
+    home_option,
+    open_daemon_state,
+    parse_shard,
+    plural,
+    refuse_overwrite,
+)
+
+from .answers import answer_questions, merge
+from .arrange import arrange as arrange_battles
+from .backends import lmd_backend, resolve
+from .checks import battle_agreement, family_warning, rating_agreement
+from .config import SETTINGS
+from .files import (
+    ARRANGE_COLUMNS,
+    check_arrangement,
+    is_valid,
+    read_battles,
+    read_qa,
+    read_question_source,
+    read_table,
+    write_qa,
+    write_table,
+    write_text,
+)
+from .judge import GPT4_PROMPT, ORDER_COLUMNS, consistency, judge_rows, order_pairs, pending_orders
+from .label import label as label_rows
+from .leaderboard import Options, compute, options_from, ordered, render
+from .ratings import matrices
+from .report import render_page
+from .rows import columns_of, full_rows, judged_only, resume_rows
+from .shards import (
+    answer_record,
+    check_single_output,
+    judge_record,
+    merge_parts,
+    only_battles_of,
+    only_part,
+    start_part,
+)
+from .store import add_battles
+from .winners import normalise_winner
 
 # numpy's OpenBLAS starts a thread per core for every large matrix product, and on a machine
 # whose cores are busy (a model server, other jobs) those threads spin: the style-control
@@ -86,8 +134,6 @@ class RatingFlags:
     def options(self, bootstrap: int | None = None) -> Any:
         """leaderboard.Options from the flags over the elo_* settings; `bootstrap` replaces
         the --bootstrap flag when the command decides the rounds itself."""
-        from .leaderboard import options_from
-
         return options_from(
             load_elo_settings(self.home),
             method=self.method,
@@ -138,8 +184,6 @@ def rating_options(f):
 
 # -- settings ---------------------------------------------------------------------------------
 def load_settings(home: Path | None) -> Any:
-    from daemon.api import open_daemon_state
-
     _, store, settings = open_daemon_state(home)
     store.close()
     return settings
@@ -148,12 +192,6 @@ def load_settings(home: Path | None) -> Any:
 def load_elo_settings(home: Path | None) -> Any:
     """Only the elo_* settings, read straight from the table (sqlite3, no migrations):
     the rating commands then start in a fraction of the time."""
-    import sqlite3
-
-    from daemon.api import Settings, default_home
-
-    from .config import SETTINGS
-
     path = (home or default_home()) / "lmd.db"
     stored: dict[str, str] = {}
     if path.exists():
@@ -191,8 +229,6 @@ def read_prompt(path: Path) -> str:
 def _note_board(board: dict, rows: list[dict]) -> None:
     """The fit's notes (ratings it cannot pin down) and the judge-family warning, on stderr;
     the warning also goes into the board, for the page."""
-    from .checks import family_warning
-
     judges = {r.get("judge") or "" for r in rows} - {""}
     warning = family_warning(judges, board["ratings"]) if judges else None
     if warning:
@@ -233,14 +269,12 @@ def arrange(
 ) -> None:
     """All pairs of models that answered each question (question, model_a, model_b)."""
     refuse_overwrite(output, force)
-    from .arrange import arrange as run
-    from .files import ARRANGE_COLUMNS, read_qa, read_table, write_table
 
     qa = read_qa(qa_file)
     tables = [read_table(p, allow_empty=True) for p in existing if Path(p).exists()]
     tables = [t for t in tables if t.rows]
     reference = read_table(order_from) if order_from else None
-    result = run(qa, tables, shuffle, seed, reference)
+    result = arrange_battles(qa, tables, shuffle, seed, reference)
     write_table(output, ARRANGE_COLUMNS, result.battles)
     note = f"Arranged {plural(len(result.battles), 'battle')}"
     if result.already:
@@ -275,11 +309,6 @@ def answer(
     home: Path | None,
 ) -> None:
     """Ask MODEL every question it has not answered yet; resumable."""
-    from daemon.api import parse_shard
-
-    from .backends import lmd_backend, resolve
-    from .files import read_question_source
-
     part = parse_shard(shard)
     settings = load_settings(home)
     given = read_question_source(questions_file, lambda said: click.echo(said, err=True))
@@ -300,10 +329,6 @@ def _answer(
     settings: Any,
     said: list[str],
 ) -> None:
-    from .answers import answer_questions, merge
-    from .files import read_qa, write_qa
-    from .shards import answer_record, check_single_output, only_part, start_part
-
     if part is None:
         check_single_output(output)
     else:
@@ -368,12 +393,6 @@ def judge(
 ) -> None:
     """Let an LLM judge each battle in both orders: winner, responses, justification,
     is_valid. Two verdicts that disagree make a tie; --one-order asks once."""
-    from daemon.api import parse_shard
-
-    from .backends import lmd_backend, resolve
-    from .files import check_arrangement, read_table
-    from .judge import GPT4_PROMPT
-
     part = parse_shard(shard)
     settings = load_settings(home)
     prompt = read_prompt(prompt_file) if prompt_file else GPT4_PROMPT
@@ -400,12 +419,6 @@ def _judge(
     settings: Any,
     said: list[str],
 ) -> None:
-    from .checks import family_warning
-    from .files import read_qa, write_table
-    from .judge import ORDER_COLUMNS, judge_rows, pending_orders
-    from .rows import columns_of, full_rows, judged_only, resume_rows
-    from .shards import check_single_output, judge_record, only_battles_of, start_part
-
     both = not one_order
     if part is None:
         check_single_output(output)
@@ -468,8 +481,6 @@ def _judge(
 
 def position_bias_sentence(rows: list[dict]) -> str | None:
     """The position-bias figures of battles judged in both orders, as `ablation` gives them."""
-    from .judge import consistency, order_pairs
-
     report = consistency(*order_pairs(rows))
     lines = []
     for name, st in report.items():
@@ -505,8 +516,6 @@ def merge_command(
     writes OUTPUT exactly as the same command without --shard would have (OUTPUT keeps what
     it had, as it does for that command).
     """
-    from .shards import merge_parts
-
     click.echo(merge_parts(output, list(parts), input_file, qa_file), err=True)
 
 
@@ -535,11 +544,6 @@ def ablation(
 ) -> None:
     """Re-judge with answers A and B swapped; report agreement and position bias."""
     refuse_overwrite(consistent_out, force, "--force")
-    from .backends import lmd_backend
-    from .files import is_valid, read_table, write_table
-    from .judge import consistency
-    from .ratings import normalise_winner
-    from .rows import columns_of
 
     settings = load_settings(home)
     table = read_table(judged_file)
@@ -553,7 +557,6 @@ def ablation(
         raise LmdError(f"{judged_file} has no valid verdicts to re-judge.")
     if all((r.get("gpt_4_response_ba") or "").strip() for r in original):
         # judged in both orders already: the figures are in the file, nothing is asked
-        from .judge import order_pairs
 
         click.echo(
             f"{judged_file} was judged in both orders; the figures come from its two verdicts "
@@ -602,11 +605,6 @@ def _rejudge(
     backend: Any,
 ) -> int:
     """Ask each judge its battles in the swapped order; the number that failed."""
-    from .backends import resolve
-    from .files import write_table
-    from .judge import judge_rows
-    from .rows import judged_only, resume_rows
-
     failures = 0
     for name, indexes in by_judge.items():
         endpoint = resolve(name, settings, models_file, backend)
@@ -644,10 +642,6 @@ def _print_consistency(report: dict, as_json: bool) -> None:
 @click.option("--name", help="Your name for the judge column (default: your login).")
 def label(battles_file: Path, output: Path, qa_file: Path | None, name: str | None) -> None:
     """Judge battles yourself: a, b, t (tie), x (both bad), s (skip), q (quit)."""
-    from .files import check_arrangement, read_qa, read_table, write_table
-    from .label import label as run
-    from .rows import columns_of, full_rows, judged_only, resume_rows
-
     table = read_table(battles_file)
     check_arrangement(table)
     rows = full_rows(table, read_qa(qa_file) if qa_file else None)
@@ -657,7 +651,7 @@ def label(battles_file: Path, output: Path, qa_file: Path | None, name: str | No
     if not todo:
         click.echo("Every battle is labelled already.")
         return
-    result = run(
+    result = label_rows(
         rows, todo, person, lambda: write_table(output, columns, earlier + judged_only(rows))
     )
     click.echo(
@@ -683,8 +677,6 @@ def leaderboard(
 ) -> None:
     """Ratings of a battles file (model_a, model_b, winner) by Bradley–Terry or online Elo."""
     refuse_overwrite(output, force)
-    from .files import read_battles, write_text
-    from .leaderboard import compute, render
 
     opts = rating.options(bootstrap=rating.bootstrap or 0)  # intervals only when asked
     judged = read_battles(battles_file, rating.skip_invalid)
@@ -715,9 +707,6 @@ def report(
 ) -> None:
     """A self-contained HTML page: table, CI whiskers, heatmaps, scatter, history."""
     refuse_overwrite(output, force)
-    from .files import read_battles, read_qa, write_text
-    from .leaderboard import compute
-    from .report import render_page
 
     opts = rating.options()
     judged = read_battles(battles_file, rating.skip_invalid)
@@ -748,12 +737,6 @@ def matrix(
 ) -> None:
     """A models × models matrix as CSV: row model against column model, best first."""
     refuse_overwrite(output, force)
-    import csv
-    import io
-
-    from .files import read_battles, write_text
-    from .leaderboard import compute, ordered
-    from .ratings import matrices
 
     opts = rating.options(bootstrap=0)  # point ratings only
     judged = read_battles(battles_file, rating.skip_invalid)
@@ -790,10 +773,6 @@ def agreement(
     """How far an LLM judge agrees with people: per battle (agreement and Cohen's kappa, with
     and without ties) where both files judged the same battles (question and pair of models),
     and per model (rank correlation of the Bradley–Terry ratings of the two files)."""
-    from .checks import battle_agreement, rating_agreement
-    from .files import read_battles
-    from .leaderboard import Options, compute
-
     judged = read_battles(judged_file, skip_invalid)
     human = read_battles(human_file, skip_invalid)
     rows = judged.rows
@@ -857,11 +836,6 @@ def agreement(
 @home_option
 def import_(battles_file: Path, skip_invalid: bool, home: Path | None) -> None:
     """Load judged battles into the daemon's database (shown at /elo)."""
-    from daemon.api import open_daemon_state
-
-    from .files import read_battles
-    from .store import add_battles
-
     judged = read_battles(battles_file, skip_invalid)
     _note_skipped(judged)
     _, store, _ = open_daemon_state(home)
@@ -880,7 +854,6 @@ def convert(source: Path, target: Path, force: bool) -> None:
     """Q&A between CSV (question + one column per model) and the JSON form
     {question: [{"model", "answer"}]}; the file endings choose the direction."""
     refuse_overwrite(target, force)
-    from .files import read_qa, write_qa
 
     qa = read_qa(source)
     write_qa(target, qa)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from daemon.api import LmdError, csv_cell, csv_value, write_atomic
 
-from .ratings import normalise_winner
+from .winners import normalise_winner
 
 ARRANGE_COLUMNS = ["question", "model_a", "model_b"]
 PAIR_COLUMNS = ["model_a", "model_b", "winner"]

@@ -10,13 +10,16 @@ In the spec's shape:
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .backends import Endpoint, run_all
+from daemon.api import batch_concurrency, open_daemon_state
+
+from .backends import Endpoint, lmd_backend, resolve, run_all
 from .language import language_of
 
 MIRROR = {
@@ -100,7 +103,6 @@ def justification(response: str) -> str:
         said = JSON_EXPLANATION.search(text)
         if said is None:
             return ""
-        import json
 
         try:
             return json.loads(f'"{said.group(1)}"').strip()
@@ -143,9 +145,6 @@ def gpt_4_completion(
 
     if judge is not None:
         return asyncio.run(call(judge))
-    from daemon.api import open_daemon_state
-
-    from .backends import lmd_backend, resolve
 
     _, store, settings = open_daemon_state(None)
     store.close()
@@ -289,8 +288,6 @@ async def _judge(
     llm = endpoint.client()
     ask = await verdict_request(llm)
     if not concurrency:  # as many as the backend serves
-        from daemon.api import batch_concurrency
-
         concurrency = await batch_concurrency(llm)
 
     def job(row: dict, swapped: bool):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
+import termios
 import textwrap
 import time
+import tty
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,9 +29,6 @@ class LabelRun:
 def read_key() -> str:
     """One key press on a terminal; one line (its first letter) from a pipe; '' at the end."""
     if sys.stdin.isatty():
-        import termios
-        import tty
-
         fd = sys.stdin.fileno()
         old = termios.tcgetattr(fd)
         try:

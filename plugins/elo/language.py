@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import py3langid
+
 NO_LANGUAGE = "zxx"  # py3langid's answer for text with no words in it ("2+2?")
 
 
@@ -17,7 +19,6 @@ def language_of(text: str) -> str:
     """The ISO 639 code of the language `text` is written in; '' when it has no words."""
     if not any(ch.isalpha() for ch in text):
         return ""
-    import py3langid
 
     code, _ = py3langid.classify(text)
     return "" if code == NO_LANGUAGE else code

@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from daemon.api import LmdError, csv_cell, plural
 
 from .ratings import (
@@ -21,6 +23,7 @@ from .ratings import (
     online_elo_bootstrap,
     summarise,
 )
+from .style import identifiability_notes, style_control, style_counts
 
 METHODS = ("bt", "online")
 
@@ -90,10 +93,6 @@ def compute(
     rows: list[dict], opts: Options, source: str = "the battles"
 ) -> tuple[dict[str, Any], Battles, Any]:
     """The leaderboard JSON, the battle arrays and the point ratings (array, model order)."""
-    import numpy as np
-
-    from .style import identifiability_notes
-
     if opts.method not in METHODS:
         raise LmdError(f"The method {opts.method!r} is unknown; use bt or online.")
     if opts.bootstrap < 0:
@@ -107,8 +106,6 @@ def compute(
     samples = None
     style: dict[str, Any] | None = None
     if opts.style:
-        from .style import style_control, style_counts
-
         fit = style_control(battles, style_counts(rows, source), params, opts.bootstrap, opts.seed)
         ratings, samples, notes = fit.ratings, fit.samples, fit.notes
         style = {"features": list(fit.coefficients), "coefficients": fit.coefficients}

@@ -2,7 +2,7 @@
 
 Battles arrive as integer arrays (`Battles`): index of model A, index of model B and the
 score of A (1 win, 0 loss, 0.5 either kind of tie — the Chatbot Arena convention).
-Everything heavy is numpy, imported inside functions so `lmd --help` stays fast.
+Everything heavy is numpy; the winner labels (winners.py) need none of it.
 
 Bradley–Terry only needs the counts per (pair, outcome) cell, so the fit and its bootstrap
 work on a few hundred cells instead of every battle; bootstrap counts are multinomial
@@ -16,10 +16,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from daemon.api import LmdError
 
-WINNERS = ("model_a", "model_b", "tie", "tie (bothbad)")
-SCORE_OF_A = {"model_a": 1.0, "model_b": 0.0, "tie": 0.5, "tie (bothbad)": 0.5}
+from .winners import SCORE_OF_A, score_of
+
 # A ridge this small moves real ratings by far less than 0.01 points, yet keeps the
 # maximum-likelihood estimate finite when a model won (or lost) every battle it fought.
 RIDGE = 1e-6
@@ -81,28 +83,6 @@ class PairwiseRatingEntity:
         return self.ratings[self.model_a], self.ratings[self.model_b]
 
 
-def normalise_winner(label: str) -> str | None:
-    """The canonical winner label, or None when the label is not one we know."""
-    text = label.strip().lower()
-    if text in SCORE_OF_A:
-        return text
-    squashed = text.replace(" ", "").replace("_", "").replace("-", "")
-    if squashed in ("tie(bothbad)", "tie(allbad)", "tiebothbad", "tieallbad", "bothbad"):
-        return "tie (bothbad)"
-    if squashed in ("modela", "a"):
-        return "model_a"
-    if squashed in ("modelb", "b"):
-        return "model_b"
-    return None
-
-
-def score_of(winner: str) -> float:
-    canonical = normalise_winner(winner)
-    if canonical is None:
-        raise LmdError(f"Unknown winner {winner!r}; use model_a, model_b, tie or tie (bothbad).")
-    return SCORE_OF_A[canonical]
-
-
 @dataclass
 class Battles:
     """Battles as arrays: model indices `a`, `b` and A's score `s` (1, 0 or 0.5)."""
@@ -116,8 +96,6 @@ class Battles:
     @classmethod
     def from_rows(cls, rows: Iterable[tuple[str, str, str]]) -> Battles:
         """From (model_a, model_b, winner) triples with canonical winners."""
-        import numpy as np
-
         index: dict[str, int] = {}
         a, b, s, bad = [], [], [], []
         for model_a, model_b, winner in rows:
@@ -138,8 +116,6 @@ class Battles:
 
     def counts(self) -> Any:
         """Battles fought per model."""
-        import numpy as np
-
         m = len(self.models)
         return np.bincount(self.a, minlength=m) + np.bincount(self.b, minlength=m)
 
@@ -152,8 +128,6 @@ class Battles:
 # -- online Elo ---------------------------------------------------------------------------
 def online_elo(battles: Battles, params: EloParams | None = None) -> Any:
     """Ratings after one pass in file order (a plain loop over Python floats is fastest)."""
-    import numpy as np
-
     p = params or EloParams()
     ratings = [p.initial] * len(battles.models)
     k, base, scale = p.k, p.base, p.scale
@@ -169,8 +143,6 @@ def online_elo_history(
     battles: Battles, params: EloParams | None = None, points: int = 100
 ) -> tuple[list[int], Any]:
     """Ratings after every len/points battles (for the 'ratings over battles' plot)."""
-    import numpy as np
-
     p = params or EloParams()
     n = len(battles)
     marks = sorted({max(1, round(n * (i + 1) / points)) for i in range(points)}) if n else []
@@ -203,8 +175,6 @@ def online_elo_bootstrap(
     False; it draws with its own generator per round, so a seed gives the same result on one
     build every time, but not the numpy loop's numbers (both are the same statistic).
     """
-    import numpy as np
-
     n = len(battles)
     rng = np.random.default_rng(seed)
     fast = compiled_loop() if compiled in (None, True) else None
@@ -240,7 +210,7 @@ def compiled_loop() -> Any:
     """The compiled online-Elo module, or None where the install could not build it (no C
     compiler) or runs from a zip (lmd.pyz)."""
     try:
-        from plugins.elo import _online
+        from plugins.elo import _online  # compiled at install time, where a compiler was
     except ImportError:
         return None
     return _online
@@ -257,8 +227,6 @@ def online_elo_rounds(
     (K/2)·(2s − 1 − tanh(r_a − r_b)); float32 is plenty for that and twice as fast.
     Returns the internal state; `_rounds_to_points` turns it into ratings.
     """
-    import numpy as np
-
     n = len(battles)
     if orders.size and (np.min(orders) < -n or np.max(orders) >= n):
         raise IndexError(f"orders must index the {n} battles")
@@ -280,8 +248,6 @@ class _RoundsPrep:
 
     @classmethod
     def of(cls, battles: Battles, params: EloParams | None) -> _RoundsPrep:
-        import numpy as np
-
         p = params or EloParams()
         c = math.log(p.base) / p.scale / 2.0  # rating points -> half log-odds
         return cls(
@@ -294,8 +260,6 @@ class _RoundsPrep:
 
     def buffers(self, steps: int, rounds: int) -> tuple[Any, Any, Any]:
         """(pair, gathered, score) scratch arrays of at least `steps` rows, sliced to fit."""
-        import numpy as np
-
         got = self.scratch.get(rounds)
         if got is None or len(got[0]) < steps:
             got = (
@@ -307,8 +271,6 @@ class _RoundsPrep:
         return got[0][:steps], got[1][:steps], got[2][:steps]
 
     def run(self, orders: Any, state: Any) -> Any:
-        import numpy as np
-
         m, half_k = self.m, self.half_k
         steps, rounds = orders.shape
         f32 = np.float32
@@ -354,8 +316,6 @@ class _RoundsPrep:
 
 
 def _rounds_to_points(state: Any, m: int, rounds: int, params: EloParams | None) -> Any:
-    import numpy as np
-
     p = params or EloParams()
     c = math.log(p.base) / p.scale / 2.0
     if state is None:
@@ -375,8 +335,6 @@ class Cells:
 
     @classmethod
     def from_battles(cls, battles: Battles) -> Cells:
-        import numpy as np
-
         m = len(battles.models)
         # One pass over the battles: counts per (A, B, A's score 0 / 0.5 / 1); the rest
         # works on the small m×m×3 array.
@@ -403,8 +361,6 @@ class Cells:
 
 def _bt_gradient_hessian(theta: Any, cells: Cells, w: Any, n: Any) -> tuple[Any, Any]:
     """Gradient and Hessian of the ridge-penalised BT log-likelihood (natural-log units)."""
-    import numpy as np
-
     m = len(cells.models)
     prob = 1.0 / (1.0 + np.exp(theta[cells.j] - theta[cells.i]))
     resid = w - n * prob
@@ -419,7 +375,6 @@ def _bt_gradient_hessian(theta: Any, cells: Cells, w: Any, n: Any) -> tuple[Any,
 def bt_gradient(theta_points: Any, cells: Cells, params: EloParams | None = None) -> Any:
     """Gradient of the BT log-likelihood at ratings given in rating points (for tests)."""
     p = params or EloParams()
-    import numpy as np
 
     theta = (np.asarray(theta_points, dtype=float) - p.initial) / p.per_logit
     w, n = cells.wins()
@@ -428,8 +383,6 @@ def bt_gradient(theta_points: Any, cells: Cells, params: EloParams | None = None
 
 def _newton_solve_matrix(hess: Any) -> Any:
     """-(H)^-1 made regular along the all-ones direction, where the likelihood is flat."""
-    import numpy as np
-
     m = hess.shape[0]
     scale = max(1.0, float(-np.diag(hess).mean()))
     return np.linalg.inv(-hess + scale * np.ones((m, m)) / m)
@@ -437,8 +390,6 @@ def _newton_solve_matrix(hess: Any) -> Any:
 
 def bradley_terry_logits(cells: Cells, tol: float = 1e-10, max_iter: int = 100) -> Any:
     """Maximum-likelihood strengths in natural-log-odds units, centred at 0 (Newton)."""
-    import numpy as np
-
     m = len(cells.models)
     theta = np.zeros(m)
     w, n = cells.wins()
@@ -481,8 +432,6 @@ def bt_bootstrap(
     takes Newton steps with the point estimate's Hessian (resampled data curve almost the
     same); the few rounds that do not settle in 30 steps finish with their own Hessian.
     """
-    import numpy as np
-
     p = params or EloParams()
     cells = Cells.from_battles(battles)
     m = len(cells.models)
@@ -539,8 +488,6 @@ def resample_counts(rng: Any, counts: Any, rounds: int, exact: bool = True) -> A
     exact: multinomial with the same total. Otherwise c + sqrt(c)·z − c·Σ(sqrt(c)·z)/N,
     which has the multinomial's mean, covariance diag(c) − c·cᵀ/N and exact total.
     """
-    import numpy as np
-
     total = counts.sum()
     if exact:
         return rng.multinomial(int(total), counts / total, size=rounds).astype(np.float64)
@@ -554,8 +501,6 @@ def resample_counts(rng: Any, counts: Any, rounds: int, exact: bool = True) -> A
 
 
 def _newton_from(theta: Any, cells: Cells, w: Any, n: Any, tol: float) -> Any:
-    import numpy as np
-
     for _ in range(100):
         grad, hess = _bt_gradient_hessian(theta, cells, w, n)
         step = _newton_solve_matrix(hess) @ grad
@@ -594,8 +539,6 @@ class Summary:
 
 def summarise(samples: Any, models: Sequence[str]) -> Summary:
     """Median, 2.5–97.5% interval, and rank = 1 + models whose low end beats our high end."""
-    import numpy as np
-
     med = np.median(samples, axis=0)
     lo, hi = np.percentile(samples, [2.5, 97.5], axis=0)
     out = Summary()
@@ -608,8 +551,6 @@ def summarise(samples: Any, models: Sequence[str]) -> Summary:
 
 def matrices(battles: Battles, ratings: Any, params: EloParams | None = None) -> dict[str, Any]:
     """Win rate (ties half), battle counts and predicted win rate, each (models, models)."""
-    import numpy as np
-
     p = params or EloParams()
     m = len(battles.models)
     games = np.zeros((m, m))

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
-from daemon.api import LmdError
+from starlette.responses import HTMLResponse, JSONResponse
+
+from daemon.api import LmdError, read_json
+
+from .files import FULL_COLUMNS, Table
+from .leaderboard import compute, options_from, render
+from .report import content_security_policy, render_page, with_policy
+from .store import add_battles as add
+from .store import all_battles, fingerprint, validate
 
 
 def _options(request: Any, settings: Any) -> Any:
-    from .leaderboard import options_from
-
     q = request.query_params
 
     def number(name: str, kind: type) -> Any:
@@ -44,9 +51,6 @@ def _options(request: Any, settings: Any) -> Any:
 def _compute(daemon: Any, request: Any) -> tuple[dict, Any, Any, list, Any]:
     """The leaderboard of the stored battles; the last one is reused while neither the
     battles nor the options changed (a seeded bootstrap gives the same numbers anyway)."""
-    from .leaderboard import compute
-    from .store import all_battles, fingerprint
-
     settings = daemon.settings()
     opts = _options(request, settings)
     key = (fingerprint(daemon.store), repr(opts))
@@ -63,15 +67,10 @@ def _compute(daemon: Any, request: Any) -> tuple[dict, Any, Any, list, Any]:
 
 
 async def leaderboard(request: Any) -> Any:
-    from starlette.responses import JSONResponse
-
-    from .leaderboard import render
-
     daemon = request.app.state.daemon
     board, battles, *_ = await asyncio.to_thread(_compute, daemon, request)
     if battles is None:
         return JSONResponse(board)
-    import json
 
     return JSONResponse(json.loads(render(board, "json")))
 
@@ -84,10 +83,6 @@ or <code>POST /elo/battles</code>.</p>
 
 
 async def page(request: Any) -> Any:
-    from starlette.responses import HTMLResponse
-
-    from .report import content_security_policy, render_page, with_policy
-
     daemon = request.app.state.daemon
 
     def build() -> str:
@@ -105,14 +100,6 @@ async def page(request: Any) -> Any:
 
 async def add_battles(request: Any) -> Any:
     """Body: {"battles": [{model_a, model_b, winner, ...}, ...]} (or the bare list)."""
-    from starlette.responses import JSONResponse
-
-    from daemon.api import read_json
-
-    from .files import FULL_COLUMNS, Table
-    from .store import add_battles as add
-    from .store import validate
-
     daemon = request.app.state.daemon
     data = await read_json(request, daemon)
     items = data.get("battles") if isinstance(data, dict) else data

@@ -18,8 +18,21 @@ from typing import Any
 
 from daemon.api import LmdError, Shard, describe_parts, file_sha256, part_of
 
+from .answers import merge
 from .arrange import battle_key
-from .files import QA, EloFileError, Table
+from .files import (
+    QA,
+    EloFileError,
+    Table,
+    check_arrangement,
+    read_qa,
+    read_question_source,
+    read_table,
+    write_qa,
+    write_table,
+)
+from .judge import ORDER_COLUMNS, pending_orders
+from .rows import columns_of, copy_verdicts, full_rows, judged_only, resume_rows
 
 RECORD_SUFFIX = ".shard.json"
 INPUT_NAMES = {"questions": "questions file", "battles": "battles file", "qa": "Q&A file"}
@@ -173,8 +186,6 @@ def _first(items: list[str], limit: int = 3) -> str:
 
 def _items(path: Path) -> set[str]:
     """What a part holds, for naming doubles: its questions, or its battles."""
-    from .files import read_table
-
     table = read_table(path, allow_empty=True)
     if {"model_a", "model_b"} <= set(table.columns):
         return {f"{r['question']} ({r['model_a']} vs {r['model_b']})" for r in table.rows}
@@ -298,9 +309,6 @@ def merge_parts(
 def _merge_answers(
     output: Path, record: dict, parts: dict[int, Path], count: int, input_file: Path | None
 ) -> str:
-    from .answers import merge
-    from .files import read_qa, read_question_source, write_qa
-
     source = _input_file(record, "questions", input_file)
     given = read_question_source(source)
     asked = set(given.questions)
@@ -362,9 +370,6 @@ def _merge_verdicts(
     input_file: Path | None,
     qa_file: Path | None,
 ) -> str:
-    from .files import check_arrangement, read_qa, read_table, write_table
-    from .rows import columns_of, copy_verdicts, full_rows, judged_only, resume_rows
-
     source = _input_file(record, "battles", input_file)
     qa_path = _input_file(record, "qa", qa_file)
     table = read_table(source)
@@ -372,8 +377,6 @@ def _merge_verdicts(
     rows = full_rows(table, read_qa(qa_path) if qa_path else None)
     both = record["run"].get("orders", 1) == 2  # records before both orders have no "orders"
     if both:
-        from .judge import ORDER_COLUMNS
-
         for r in rows:
             for c in ORDER_COLUMNS:
                 r.setdefault(c, "")
@@ -401,8 +404,6 @@ def _merge_verdicts(
     picked = [rows[i] for i in todo]
     _, missing = copy_verdicts(picked, verdicts, judge)
     if both:  # a part cut off between a battle's two orders has half a verdict
-        from .judge import pending_orders
-
         missing = sorted({*missing, *(i for i, r in enumerate(picked) if pending_orders(r, True))})
     if missing:
         r = picked[missing[0]]

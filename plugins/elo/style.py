@@ -25,7 +25,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from daemon.api import LmdError, plural
+
+from .ratings import EloParams
 
 FEATURES = ("length", "headers", "lists", "bold")
 # FastChat's conv_metadata names, accepted as columns when a file has no answers.
@@ -82,8 +86,6 @@ def style_counts(rows: list[dict], source: str = "the battles") -> Any:
     """Per battle the four features of answer A and of answer B, shape (battles, 2, 4):
     computed from answer_a/answer_b where every battle has them, else read from the style
     columns; without either, one sentence says what is missing."""
-    import numpy as np
-
     out = np.zeros((len(rows), 2, len(FEATURES)))
     if rows and all((r.get("answer_a") or r.get("answer_b")) for r in rows):
         for n, r in enumerate(rows):
@@ -124,7 +126,6 @@ class StyleFeatures:
 def features_of(counts: Any) -> StyleFeatures:
     """FastChat's normalisation: (a − b)/(a + b + 1), standardised over battles. A feature
     that does not vary (no answer has a header, say) is left out: its coefficient is 0."""
-
     a, b = counts[:, 0, :], counts[:, 1, :]
     diff = (a - b) / (a + b + 1.0)
     mean, std = diff.mean(axis=0), diff.std(axis=0)
@@ -149,8 +150,6 @@ class StyleFit:
 
 def _design(battles: Any, feats: StyleFeatures, alpha: float) -> Any:
     """The dense design matrix: α(e_A − e_B) for the models, then the features."""
-    import numpy as np
-
     m, n = len(battles.models), len(battles)
     x = np.zeros((n, m + feats.x.shape[1]))
     rows = np.arange(n)
@@ -162,8 +161,6 @@ def _design(battles: Any, feats: StyleFeatures, alpha: float) -> Any:
 
 def _newton(x: Any, y: Any, w: Any, start: Any, reg: float, tol: float = 1e-10) -> Any:
     """Ridge-penalised weighted logistic regression without intercept, by Newton's method."""
-    import numpy as np
-
     params = start.copy()
     eye = reg * np.eye(x.shape[1])
     for _ in range(100):
@@ -199,10 +196,6 @@ def style_control(
     or stop shrinking at float32's floor; the rare round that has not settled in 30 steps
     finishes in float64 with its own Hessian.
     """
-    import numpy as np
-
-    from .ratings import EloParams
-
     p = params or EloParams()
     alpha = math.log(p.base)
     feats = features_of(counts)
@@ -235,8 +228,6 @@ def style_control(
 def _bootstrap(
     x: Any, y: Any, point: Any, reg: float, rounds: int, seed: int | None, tol: float
 ) -> Any:
-    import numpy as np
-
     n, k = x.shape
     rng = np.random.default_rng(seed)
     p0 = 1.0 / (1.0 + np.exp(-(x @ point)))
@@ -284,8 +275,6 @@ def _bootstrap(
 def identifiability_notes(battles: Any) -> list[str]:
     """Sentences naming ratings the battles cannot pin down: groups of models no battle
     connects, and models that won (or lost) every battle they fought."""
-    import numpy as np
-
     m = len(battles.models)
     parent = list(range(m))
 

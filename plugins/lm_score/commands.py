@@ -3,15 +3,22 @@ settings and its database for the cache; `lmd score --daemon` asks the running d
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
 import click
+from tqdm import tqdm
 
+from daemon.api import LmdError, csv_cell, daemon_url
 from daemon.api import fail as _fail
 from daemon.api import home_option as _home_option
+
+from .client import ClientError, lm_score_result
+from .sql import ScoreFailures, SqlScorer, open_scorer
 
 
 @click.command()
@@ -36,23 +43,13 @@ def score(
     The original project's keys in ./.env apply (SERVER_URL with its API_TOKEN, MODEL,
     ENSEMBLE, AGGREGATION, THINKING); your OPENAI_API_KEY never goes to a SERVER_URL from
     a file."""
-    from daemon.api import LmdError
-
     if via_daemon:
-        from daemon.api import daemon_url
-
-        from .client import ClientError, lm_score_result
-
         click.echo(f"lmd: asking the daemon at {daemon_url(url)} (its backend scores).", err=True)
         try:
             result = lm_score_result(list(parts), url=url, cache=not no_cache)
         except ClientError as e:
             _fail(e.message)
     else:
-        import asyncio  # here, not at the top: it costs `lmd --help` ~15 ms
-
-        from .sql import open_scorer
-
         try:
             scorer, store = open_scorer(home, dotenv=_dotenv(no_dotenv))
         except LmdError as e:
@@ -106,12 +103,6 @@ def sql(
     The LM_SCOREs a statement needs are collected first and scored concurrently. When any
     could not be scored, it exits with status 1 and says how many (NULL in the rows; a
     statement that writes changes nothing); --errors lists them."""
-    import sqlite3
-
-    from daemon.api import LmdError
-
-    from .sql import ScoreFailures, SqlScorer, open_scorer
-
     if as_json and as_csv:
         _fail("Choose one of --json and --csv.")
     if not database.is_file():
@@ -131,8 +122,6 @@ def sql(
     bars = []
 
     def bar(total: int):
-        from tqdm import tqdm
-
         b = tqdm(total=total, desc="LM_SCORE", unit="score", file=sys.stderr, disable=not show)
         bars.append(b)
         return lambda: b.update(1)
@@ -181,8 +170,6 @@ def _print(columns: list[str], rows: list[tuple], as_json: bool, as_csv: bool) -
         data = [dict(zip(columns, map(cell, r), strict=True)) for r in rows]
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
     elif as_csv:
-        from daemon.api import csv_cell
-
         out = csv.writer(sys.stdout, lineterminator="\n")
         out.writerow([csv_cell(c) for c in columns])
         out.writerows([[csv_cell(cell(v)) for v in r] for r in rows])

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.api import Setting, SettingError
+from daemon.api import NO_KEY, Setting, SettingError, api_key, base_url, endpoint_from, env_name
 
 
 def _check_url(value: str) -> str | None:
@@ -208,8 +208,6 @@ def resolve(
     endpoint; without one, the configured endpoint is used as it is. `notes` collects one
     sentence per `.env` key used or ignored (the CLI prints them).
     """
-    from daemon.api import NO_KEY, api_key, base_url, endpoint_from, env_name
-
     env = os.environ if environ is None else environ
     notes = [] if notes is None else notes
     dotenv = {k: v for k, v in (dotenv or {}).items() if v not in (None, "")}

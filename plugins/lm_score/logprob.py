@@ -23,6 +23,8 @@ import math
 import unicodedata
 from dataclasses import dataclass, field
 
+from .parse import find_score
+
 # One generated token: (token, logprob, [(alternative, logprob), ...]).
 TokenLogprobs = tuple[str, float, list[tuple[str, float]]]
 
@@ -61,8 +63,6 @@ def rated_position(tokens: list[TokenLogprobs]) -> int | None:
     the text method's reading; None when it is not (or its number shares a token with other
     text, or is written in more than one digit other than 10: no distribution over scores
     is there to read)."""
-    from .parse import find_score
-
     pieces = [unicodedata.normalize("NFKC", t[0]) for t in tokens]
     found = find_score("".join(pieces))
     if found is None or found[1] < 0:

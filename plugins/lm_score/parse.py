@@ -15,6 +15,7 @@ Nothing is ever made up.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 
@@ -81,8 +82,6 @@ def without_non_answers(text: str) -> str:
 
 def _is_json(text: str) -> bool:
     """Whether `text` is one JSON value (a reply that merely starts with a brace is words)."""
-    import json
-
     try:
         json.loads(text)
     except ValueError:
@@ -94,8 +93,6 @@ _JSON_SCORE = re.compile(r'"score"\s*:\s*' + _NUMBER)
 
 
 def _from_json(text: str) -> tuple[int, int, int] | None:
-    import json
-
     try:
         data = json.loads(text)
     except ValueError:

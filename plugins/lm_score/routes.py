@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
-from daemon.api import LmdError
+from starlette.responses import JSONResponse
+
+from daemon.api import LmdError, choose_backend, read_json
+
+from .cache import ScoreCache
+from .config import own_endpoint, resolve
+from .scorer import Scorer
 
 
 def scorer_for(daemon: Any, settings: Any) -> Any:
     """The daemon's Scorer for the current settings (kept, so n-support is learnt once): on
     LM_SCORE's own endpoint where one is set, else on the daemon's backend, whose model (the
     embedded one's name, when it answers) the reply and the cache key name."""
-    from types import SimpleNamespace
-
-    from daemon.api import choose_backend
-
-    from .cache import ScoreCache
-    from .config import own_endpoint, resolve
-    from .scorer import Scorer
-
     llm = None
     backend = None
     if not own_endpoint(settings):
@@ -64,10 +63,6 @@ def parse_body(data: Any) -> tuple[list | None, str | None, bool]:
 
 
 async def lm_score(request: Any) -> Any:
-    from starlette.responses import JSONResponse
-
-    from daemon.api import read_json
-
     daemon = request.app.state.daemon
     parts, prompt, use_cache = parse_body(await read_json(request, daemon))
     scorer = scorer_for(daemon, daemon.settings())

@@ -9,7 +9,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from daemon.api import BackendError, LmdError
+import openai
+
+from daemon.api import LLM, BackendError, LmdError, batch_concurrency, shown_url, tokens
 
 from .aggregate import aggregate
 from .cache import ScoreCache, cache_key
@@ -79,8 +81,6 @@ def _backend_failure(e: BackendError, config: ScoreConfig | None = None) -> LmdE
             detail=e.detail,
         )
     if config is not None and _unreachable(cause):
-        from daemon.api import shown_url
-
         return BackendError(
             f"I could not reach the scoring model at {shown_url(config.endpoint)}; check that "
             f"it is running and that {config.endpoint_source} is right.",
@@ -98,8 +98,6 @@ def _backend_failure(e: BackendError, config: ScoreConfig | None = None) -> LmdE
 
 def _unreachable(cause: BaseException | None) -> bool:
     """A connection that failed (not one that timed out, which has its own sentence)."""
-    import openai
-
     return isinstance(cause, openai.APIConnectionError) and not isinstance(
         cause, openai.APITimeoutError
     )
@@ -115,8 +113,6 @@ class Scorer:
     def __init__(
         self, config: ScoreConfig, llm: Any = None, cache: ScoreCache | None = None
     ) -> None:
-        from daemon.api import LLM
-
         self.config = config
         self.owns_llm = llm is None
         self.on_close: Callable[[], Any] | None = None  # what else ends with the scorer
@@ -229,8 +225,6 @@ class Scorer:
         return results  # type: ignore[return-value]
 
     def check_budget(self, prompt: str) -> None:
-        from daemon.api import tokens
-
         limit = self.config.max_prompt_tokens
         # Cheap bound first: a token is at least one byte, so short prompts need no count.
         if len(prompt.encode("utf-8")) <= limit:
@@ -250,8 +244,6 @@ class Scorer:
         in parallel (batch_concurrency)."""
         loop = asyncio.get_running_loop()
         if self._sem is None or self._sem_loop is not loop:
-            from daemon.api import batch_concurrency
-
             cfg = self.config
             size = 1 if cfg.sequential else cfg.concurrency or await batch_concurrency(self.llm)
             if self._sem is None or self._sem_loop is not loop:  # nobody made it meanwhile

@@ -17,14 +17,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import sys
 import threading
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from daemon.api import LmdError
+from daemon.api import (
+    LmdError,
+    command_backend,
+    open_daemon_state,
+    plural,
+    shown_url,
+    stored_cache,
+)
 
+from .cache import ScoreCache
+from .config import own_endpoint, read_dotenv, resolve
 from .prompt import split_parts
+from .scorer import Scorer
 
 log = logging.getLogger("lmd.lm_score")
 
@@ -96,8 +107,6 @@ class ScoreFailures(LmdError):
 
 def failure_sentence(failures: list[tuple[tuple, str]], scored: int, changed: bool) -> str:
     """One sentence: how many LM_SCOREs failed, what became of them, and the first reason."""
-    from daemon.api import plural
-
     first = failures[0][1]
     if not first.startswith(("I ", "LM_SCORE")):  # "The model ..." -> "the model ..."
         first = first[:1].lower() + first[1:]
@@ -281,22 +290,12 @@ def open_scorer(
     Whether a call looks a score up is the call's own `cache`: --no-cache asks the model and
     stores the fresh score, as the docs say. With `dotenv` (the CLI's ./.env), the original
     project's keys in that file apply, and one line on stderr says what each did."""
-    import sys
-
-    from daemon.api import open_daemon_state, shown_url, stored_cache
-
-    from .cache import ScoreCache
-    from .config import own_endpoint, read_dotenv, resolve
-    from .scorer import Scorer
-
     _, store, settings = open_daemon_state(home)
     notes: list[str] = []
     backend = None
     try:
         keys = read_dotenv(dotenv) if dotenv else None
         if not own_endpoint(settings, keys):
-            from daemon.api import command_backend
-
             backend = command_backend(settings, say=lambda line: None)  # said below
         config = resolve(settings, dotenv=keys, notes=notes, backend=backend)
     except BaseException:

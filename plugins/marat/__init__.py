@@ -49,7 +49,7 @@ def register_settings(register):
 
 @hookimpl
 def register_migrations(register):
-    from .audit import m001_marat_commands, m002_marat_sandbox, m003_marat_rule
+    from .tables import m001_marat_commands, m002_marat_sandbox, m003_marat_rule
 
     register("m001_marat_commands", m001_marat_commands)
     register("m002_marat_sandbox", m002_marat_sandbox)

@@ -12,7 +12,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.api import Unmodelled, rules, simple_commands
+from daemon.api import (
+    LmdError,
+    Unmodelled,
+    match_name,
+    plural,
+    rules,
+    simple_commands,
+    spoken_number,
+)
 
 
 @dataclass(frozen=True)
@@ -194,7 +202,6 @@ def make_from_answer(
     patterns: list[str | tuple[str, ...]] = []
     if tool is not None:
         # "yes, always for write_note" (or "write note") names the tool asked about
-        from daemon.api import match_name
 
         named = " ".join(answer.named or ()).lower()
         short = tool.rsplit(":", 1)[-1].lower()
@@ -287,8 +294,6 @@ def forget_target(text: str, store: Any = None, session: str | None = None) -> s
     """ "forget the git commit rule" -> "git commit"; "forget rule 3" (or "rule three") ->
     "3"; else None. With the store, a pattern said as a speech engine writes it ("the get
     commit rule") is matched against the session's rules by sound ("git commit")."""
-    from daemon.api import match_name, spoken_number
-
     said = _FORGET_NUMBER.match(text)
     if said:
         number = spoken_number(said.group("said"))
@@ -330,8 +335,6 @@ ABOUT_MOST_CHARS = 400  # a brief answer: the question comes after it
 
 async def about_command(ctx: Any, command: str, asked: str) -> str:
     """A brief answer (the model's) to the user's question about the waiting command."""
-    from daemon.api import LmdError, plural
-
     messages = [
         {"role": "system", "content": ABOUT_PROMPT},
         {"role": "user", "content": f"The command:\n{command}\n\nThe question: {asked}"},

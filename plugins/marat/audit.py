@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import click
+from starlette.responses import JSONResponse
+
+from daemon.api import LmdError, open_daemon_state, plural, spoken_command
 
 COLUMNS = (
     "id",
@@ -41,39 +44,6 @@ APPROVALS = {
 
 # How it ran: in the sandbox at a level, or outside it.
 SANDBOX_VALUES = ("read-only", "workspace-write", "none")
-
-
-def m001_marat_commands(db: Any) -> None:
-    db.execute(
-        """CREATE TABLE IF NOT EXISTS marat_commands (
-            id INTEGER PRIMARY KEY,
-            session TEXT NOT NULL,
-            cwd TEXT NOT NULL,
-            command TEXT NOT NULL,
-            exit_code INTEGER,
-            duration REAL NOT NULL,
-            timed_out INTEGER NOT NULL DEFAULT 0,
-            truncated INTEGER NOT NULL DEFAULT 0,
-            output TEXT NOT NULL,
-            approval TEXT NOT NULL,
-            answer TEXT,
-            prompt_id INTEGER,
-            created_at REAL NOT NULL
-        )"""
-    )
-    db.execute("CREATE INDEX IF NOT EXISTS marat_commands_session ON marat_commands (session, id)")
-
-
-def m002_marat_sandbox(db: Any) -> None:
-    """How each command ran (sandbox level or none) and whether the sandbox stopped it. Rows
-    from before the sandbox ran without one: "none" is their truth."""
-    db.execute("ALTER TABLE marat_commands ADD COLUMN sandbox TEXT NOT NULL DEFAULT 'none'")
-    db.execute("ALTER TABLE marat_commands ADD COLUMN sandbox_blocked INTEGER NOT NULL DEFAULT 0")
-
-
-def m003_marat_rule(db: Any) -> None:
-    """Which approval rule let a command run (or refused it): daemon/agent/rules.py."""
-    db.execute("ALTER TABLE marat_commands ADD COLUMN rule_id INTEGER")
 
 
 def record(
@@ -173,8 +143,6 @@ def what_ran(store: Any, session: str, count: int = 3) -> str:
     """The last commands of this session from the audit, in sentences for the ear: what ran
     (a long command said by its length and what it runs), where, how it ended, in which
     sandbox and why it ran."""
-    from daemon.api import plural, spoken_command
-
     found = rows(store, session, count)
     if not found:
         return (
@@ -207,8 +175,6 @@ def what_ran(store: Any, session: str, count: int = 3) -> str:
 
 
 def _ago(when: float) -> str:
-    from daemon.api import plural
-
     secs = max(0, int(time.time() - when))
     if secs < 10:
         return "just now"
@@ -243,8 +209,6 @@ def format_row(r: dict) -> str:
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), envvar="LMD_HOME")
 def commands_command(session: str | None, limit: int, as_json: bool, home: Path | None) -> None:
     """Commands marat ran: where, exit code, duration, how each was approved and sandboxed."""
-    from daemon.api import open_daemon_state
-
     _, store, _ = open_daemon_state(home)
     found = rows(store, session, limit)
     if as_json:
@@ -258,10 +222,6 @@ def commands_command(session: str | None, limit: int, as_json: bool, home: Path 
 
 async def commands_route(request: Any) -> Any:
     """GET /marat/commands?session=NAME&limit=N: the audit as JSON."""
-    from starlette.responses import JSONResponse
-
-    from daemon.api import LmdError
-
     store = request.app.state.daemon.store
     try:
         limit = int(request.query_params.get("limit", "20"))

@@ -10,6 +10,7 @@ ask, the sandbox is what protects. A command the user approved runs outside the 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 import time
@@ -258,8 +259,6 @@ def _asked_again(pending: dict) -> str:
 
 def fingerprint(command: str) -> str:
     """What a yes is bound to: the exact text asked about."""
-    import hashlib
-
     return hashlib.sha256(command.encode("utf-8", "surrogatepass")).hexdigest()
 
 

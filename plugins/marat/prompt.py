@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from daemon.api import dictation_hint
+
+from .execute import start_dir
 
 PROMPT_FILE = Path(__file__).with_name("prompt.txt")
 
@@ -134,8 +140,6 @@ TOOL_BLOCK = (
 
 def tool_step(body: str) -> Step:
     """The Step of a ```tool block (the text protocol's way to call an MCP tool)."""
-    import json
-
     try:
         data = json.loads(body)
     except ValueError:
@@ -152,8 +156,6 @@ def tool_step(body: str) -> Step:
 def tools_text(tools: list) -> str:
     """The MCP tools described for the text and schema protocols (the tools protocol sends
     them as functions)."""
-    import json
-
     lines = ["", "Besides bash you may call these tools (each reply still does one thing):"]
     for t in tools:
         args = json.dumps(t.schema.get("properties", {}), ensure_ascii=False)[:600]
@@ -183,16 +185,11 @@ def speakable(text: str) -> str:
 async def dictated(ctx: Any, instruction_id: int) -> str:
     """The hint about the task's dictated words (daemon.api.dictation_hint), worked out once
     when the task is said and kept while it runs (a yes resumes it with the same hint)."""
-    import asyncio
-
-    from daemon.api import dictation_hint
-
     kept = ctx.state.get("dictation") or {}
     if kept.get("for") == instruction_id:
         return kept.get("hint", "")
     if instruction_id != ctx.user_prompt_id or not ctx.settings["dictation_hints"]:
         return ""
-    from .execute import start_dir
 
     cwd, _ = start_dir(ctx.session.cwd, ctx.settings["marat_start_dir"])
     hint = await asyncio.to_thread(dictation_hint, ctx.text, cwd, ctx.store)

@@ -16,8 +16,12 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import subprocess
 from functools import lru_cache
 from typing import Any
+
+import tree_sitter
+import tree_sitter_bash
 
 SYNTAX = (
     "Format help: that is not a bash command (bash says: {why}). Give one command that bash "
@@ -112,8 +116,6 @@ def known(word: str, cwd: str, path: str | None = None) -> bool:
 @lru_cache(maxsize=1)
 def _bash_words() -> frozenset[str]:
     """bash's keywords and builtins, as this machine's bash lists them."""
-    import subprocess
-
     done = subprocess.run(
         ["bash", "-c", "compgen -k; compgen -b"], capture_output=True, text=True, check=False
     )
@@ -122,7 +124,4 @@ def _bash_words() -> frozenset[str]:
 
 @lru_cache(maxsize=1)
 def _parser() -> Any:
-    import tree_sitter
-    import tree_sitter_bash
-
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))

@@ -8,8 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import click
+from starlette.responses import JSONResponse
 
-from daemon.api import home_option
+from daemon.api import (
+    ClientError,
+    McpHub,
+    default_home,
+    fail,
+    home_option,
+    mcp_hub,
+    open_daemon_state,
+    request,
+)
 
 
 @click.group()
@@ -19,10 +29,6 @@ def mcp() -> None:
 
 async def servers_route(request: Any) -> Any:
     """Every configured MCP server with its state and tools (starting those not running)."""
-    from starlette.responses import JSONResponse
-
-    from daemon.api import mcp_hub
-
     daemon = request.app.state.daemon
     s = daemon.settings()
     hub = mcp_hub(daemon)
@@ -40,8 +46,6 @@ servers_route.openapi = {
 
 async def _local(home: Path, start: float, max_tools: int) -> dict:
     """The same listing without a daemon: start each server here, list, stop."""
-    from daemon.api import McpHub
-
     hub = McpHub(home)
     try:
         await hub.tools(start, max_tools)
@@ -57,8 +61,6 @@ async def _local(home: Path, start: float, max_tools: int) -> dict:
 def list_servers(url: str | None, as_json: bool, home: Path | None) -> None:
     """The MCP servers in LMD_HOME/mcp.json, their state and their tools (asks the running
     daemon; without one, starts each server here for a moment)."""
-    from daemon.api import ClientError, default_home, fail, open_daemon_state, request
-
     try:
         _, _, body = request("GET", "/mcp/servers", url=url, headers={"Accept": "application/json"})
         data = json.loads(body)
@@ -110,13 +112,11 @@ def serve(url: str | None, http_bind: str | None, home: Path | None) -> None:
     try:
         import mcp  # noqa: F401 - the SDK: serving needs it whole
     except ModuleNotFoundError:
-        from daemon.api import fail
-
         fail(
             "lmd mcp serve needs the mcp package, which is not installed: run `make run` "
             "again (it installs it), or pip install 'lmd[mcp]'."
         )
-    from .server import build, serve_http
+    from .server import build, serve_http  # the mcp extra: only once it is known installed
 
     server = build(url)
     if http_bind:

@@ -16,12 +16,26 @@ import asyncio
 import json
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
+import hypercorn.asyncio
+import hypercorn.config
 from mcp.server.mcpserver import Context, MCPServer, Resolve
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.resolve import Elicit, ElicitationResult
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
+
+from daemon.api import (
+    ClientError,
+    LmdError,
+    approval_fingerprint,
+    default_home,
+    is_loopback,
+    owner_only,
+    parse_bind,
+    request,
+)
 
 AGENT = {"X-Lmd-Agent": "1", "Accept": "application/json"}
 MAX_HISTORY_SCAN = 2000
@@ -38,8 +52,6 @@ class Approval(BaseModel):
 
 def build(url: str | None = None) -> Any:
     """The MCP server, its tools talking to the daemon at `url`."""
-    from daemon.api import ClientError, approval_fingerprint, request
-
     server = MCPServer(
         "lmd",
         instructions=(
@@ -164,8 +176,6 @@ def build(url: str | None = None) -> Any:
     async def history_search(query: str, session: str = "", limit: int = 20) -> str:
         path = f"/history?limit={MAX_HISTORY_SCAN}"
         if session:
-            from urllib.parse import quote
-
             path += f"&session={quote(session)}"
         prompts = (await call("GET", path))["prompts"]
         needle = query.casefold()
@@ -181,7 +191,6 @@ def build(url: str | None = None) -> Any:
 
 def _records(path: Path) -> list:
     """The records of a JSON list or JSONL file; anything else is one sentence."""
-
     if path.suffix not in (".json", ".jsonl"):
         raise ToolError("SelectIT reads a .json or .jsonl file of records.")
     try:
@@ -208,11 +217,6 @@ def _records(path: Path) -> list:
 def serve_http(server: Any, bind: str, home: Path | None) -> None:
     """Streamable HTTP on loopback, behind the daemon's own Guard (its token, or on Linux the
     kernel's word that the client is the same user)."""
-    import hypercorn.asyncio
-    import hypercorn.config
-
-    from daemon.api import LmdError, default_home, is_loopback, owner_only, parse_bind
-
     host, port = parse_bind(bind)
     if not is_loopback(host):
         raise LmdError(f"lmd mcp serve --http listens on loopback only, not {host}.")

@@ -3,6 +3,8 @@ parts of a sharded run; keep the best fraction."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import math
 import sys
 import time
@@ -10,15 +12,58 @@ from pathlib import Path
 from typing import Any
 
 import click
+import yaml
+from tqdm import tqdm
 
-from daemon.api import LmdError, plural, refuse_overwrite
+from daemon.api import (
+    LmdError,
+    command_backend,
+    open_daemon_state,
+    parse_shard,
+    plural,
+    refuse_overwrite,
+)
+
+from .config import check, resolve
+from .datasets import parse_fields, read_dataset
+from .engine import Result, score_samples
+from .output import WHOLE, ScoresFile, file_part, summary, write_records
+from .prompts import choose_templates, load_templates
+from .raters import check_served, local_model, make_openai_rater, make_transformers_rater
+from .ray_engine import RayPlan, score_with_ray
+from .scoring import DEFAULT_SCORE
+from .shards import merge_parts, run_record
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """The YAML file's keys, checked; rp_file is found next to the YAML file when it is there."""
+    file = Path(path).expanduser()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LmdError(f"The config file {file} does not exist; check the path.") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise LmdError(f"I could not read the config file {file} ({e}).") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise LmdError(f"The config file {file} is not valid YAML{where}; fix it.") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise LmdError(f"The config file {file} must be a mapping of keys such as k: 5.")
+    values = {str(key): check(str(key), value, f"in {file}") for key, value in data.items()}
+    rp = values.get("rp_file")
+    if rp and not Path(rp).is_absolute() and (file.parent / rp).exists():
+        values["rp_file"] = str(file.parent / rp)
+    return values
 
 
 def default_output(dataset: Path, scorer: str | None = None, part: Any = None) -> Path:
     """alpaca.jsonl -> alpaca.selectit.jsonl beside the input; a `name` from the YAML file
     names it instead: alpaca.SelectitTokenScorer.jsonl; part 2/4: alpaca.selectit.2-of-4.jsonl."""
-    from .output import file_part
-
     name = dataset.name
     for suffix in (".jsonl", ".json"):
         if name.lower().endswith(suffix):
@@ -135,8 +180,6 @@ def merge_command(
 ) -> None:
     """Join the parts of `lmd selectit DATASET --shard I/N` runs into OUTPUT: the same file
     one run over the whole dataset writes. Every id must be in exactly one part."""
-    from .shards import merge_parts
-
     check_top(top_fraction, select_out)
     refuse_overwrite(select_out, force)
     data, done, count = merge_parts(output, list(parts), dataset, force)
@@ -174,16 +217,11 @@ def check_engine(o: dict, backend: str) -> Any:
     gpus = o["gpus_per_worker"] or 0.0
     if gpus < 0 or not math.isfinite(gpus):
         raise LmdError(f"--gpus-per-worker must be 0 or more, not {o['gpus_per_worker']}.")
-    from .ray_engine import RayPlan
 
     return RayPlan(o["address"] or None, o["workers"], gpus)
 
 
 def run(**o: Any) -> int:
-    from daemon.api import open_daemon_state, parse_shard
-
-    from .config import load_yaml, resolve
-
     check_top(o["top_fraction"], o["select_out"])
     part = parse_shard(o["shard"])
     if part is not None and o["top_fraction"] is not None:
@@ -200,9 +238,6 @@ def run(**o: Any) -> int:
     plan = check_engine(o, cfg.backend)
     if cfg.backend == "transformers":
         return scored(o, cfg, plan, None, part, file_values, [])
-    from daemon.api import command_backend
-
-    from .raters import check_served
 
     # the backend lmd serve would use; the line naming it comes first once scoring starts
     # (a bad dataset or option is one sentence alone)
@@ -216,11 +251,6 @@ def scored(
     o: dict, cfg: Any, plan: Any, backend: Any, part: Any, file_values: dict, said: list[str]
 ) -> int:
     """Score the dataset (on `backend`, for the openai rater) into the scores file."""
-    from .datasets import parse_fields, read_dataset
-    from .output import ScoresFile, summary
-    from .prompts import choose_templates, load_templates
-    from .shards import run_record
-
     all_templates = load_templates(cfg.rp_file or None)
     templates = choose_templates(all_templates, cfg.k)
     dataset = read_dataset(o["dataset"], parse_fields(o["fields"]), o["skip_bad_lines"])
@@ -250,7 +280,6 @@ def scored(
     stats = {"scored": 0, "measured": 0, "bounded": 0, "partly unrated": 0, "unrated": 0,
              "default": 0, "truncated": 0, "removed": 0, "skipped": 0}  # fmt: skip
     failed: list = []  # (sample, why): --engine ray reports a sample it could not rate
-    import asyncio  # here, not at the top: `lmd --help` imports this module
 
     try:
         if plan is None:
@@ -315,13 +344,6 @@ async def score_into(
     stats: dict,
 ) -> None:
     """Score `todo` and append each result to `scores` as soon as it is ready."""
-    import asyncio
-
-    from tqdm import tqdm
-
-    from .engine import score_samples
-    from .raters import make_openai_rater, make_transformers_rater
-
     if not any(s.valid for s in todo):
         rater = None
     elif cfg.backend == "transformers":
@@ -366,9 +388,6 @@ def score_on_ray(
 ) -> list:
     """Score `todo` on Ray: invalid samples here at once, the rest in the actor pool.
     Returns the (sample, why) of samples that could not be rated (not written)."""
-    from .engine import Result
-    from .ray_engine import score_with_ray
-    from .scoring import DEFAULT_SCORE
 
     def keep(result: Any) -> None:
         scores.append(result.to_json(details))
@@ -391,11 +410,6 @@ def fingerprint(cfg: Any, backend: Any, templates: list[str], part: Any = None) 
     """What decides the numbers (the model that answers, by name and identity: its
     endpoint, or the embedded model's file; templates: the whole prompt file) and which
     samples: a resume must match."""
-    import hashlib
-
-    from .output import WHOLE
-    from .raters import local_model
-
     local = cfg.backend == "transformers"
     prompts = hashlib.sha256("\n".join(templates).encode()).hexdigest()[:16]
     out = {
@@ -414,8 +428,6 @@ def saved(n: int) -> str:
 
 def select_best(dataset: Any, done: dict, fraction: float, path: Path) -> int:
     """Write the best `fraction` of the valid records (original fields), best first."""
-    from .output import write_records
-
     ranked = [
         (done[s.key]["score"], i, s)
         for i, s in enumerate(dataset.samples)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any
 
 from daemon.api import LmdError, Setting
@@ -178,34 +177,6 @@ def check(key: str, value: Any, where: str) -> Any:
     if rule.max is not None and value > rule.max:
         raise LmdError(f"{key} {where} must be at most {rule.max:g}, not {value:g}.")
     return value
-
-
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """The YAML file's keys, checked; rp_file is found next to the YAML file when it is there."""
-    import yaml
-
-    file = Path(path).expanduser()
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise LmdError(f"The config file {file} does not exist; check the path.") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise LmdError(f"I could not read the config file {file} ({e}).") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise LmdError(f"The config file {file} is not valid YAML{where}; fix it.") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise LmdError(f"The config file {file} must be a mapping of keys such as k: 5.")
-    values = {str(key): check(str(key), value, f"in {file}") for key, value in data.items()}
-    rp = values.get("rp_file")
-    if rp and not Path(rp).is_absolute() and (file.parent / rp).exists():
-        values["rp_file"] = str(file.parent / rp)
-    return values
 
 
 def resolve(

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from daemon.api import BackendError
+from daemon.api import BackendError, batch_concurrency, tokens
 
 from .prompts import Prompt
 from .scoring import Rating, rating_from_logprobs, unrated
@@ -44,8 +44,6 @@ class OpenAIRater:
     async def limit(self) -> int:
         """Requests in flight at most: `concurrency`, or what the backend serves."""
         if not self.concurrency:
-            from daemon.api import batch_concurrency
-
             self.concurrency = await batch_concurrency(self.llm)
         if self._gate is None:
             self._gate = asyncio.Semaphore(self.concurrency)
@@ -196,14 +194,10 @@ class DaemonTokens:
     """
 
     def __init__(self, model: str) -> None:
-        from daemon.api import tokens
-
         self.model = model
         self.encoding = tokens.encoding_for(model)
 
     def count(self, text: str) -> int:
-        from daemon.api import tokens
-
         if self.encoding is None:
             return tokens.estimate(text)
         return len(self.encoding.encode(text, disallowed_special=()))

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
-from daemon.api import LmdError
+from daemon.api import LmdError, plural
 
 from .datasets import id_key
 
@@ -174,8 +175,6 @@ def write_records(path: str | Path, records: list[Any], as_array: bool) -> None:
 
 def file_part(name: str) -> str:
     """A scorer name as part of a file name (letters, digits, . _ - kept; others become _)."""
-    import re
-
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "selectit"
 
 
@@ -190,8 +189,6 @@ def summary(
     part: Any = None,
 ) -> list[str]:
     """The lines said at the end of a run: counts, shortened and skipped samples, warnings."""
-    from daemon.api import plural
-
     rate = stats["scored"] / elapsed if elapsed > 0 else 0.0
     where = f"part {part}: " if part is not None else ""
     line = (

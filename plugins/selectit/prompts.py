@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
 from typing import Protocol
 
-from daemon.api import LmdError
+from daemon.api import LmdError, plural
 
 log = logging.getLogger("lmd.selectit")
 
@@ -194,8 +194,6 @@ def load_templates(path: str | Path | None = None) -> list[str]:
 
 def choose_templates(templates: list[str], k: int) -> list[str]:
     """The first k templates; asking for more than the file has is refused before any call."""
-    from daemon.api import plural
-
     if k < 1:
         raise LmdError("k must be at least 1: it is the number of rating prompts per sample.")
     if k > len(templates):

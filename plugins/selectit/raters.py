@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from daemon.api import LmdError
+
 from .config import Config
+from .openai_backend import OpenAIRater
+from .transformers_backend import TransformersRater
 
 # The spec's default foundation model (a Hub id: loadable only where it was downloaded).
 DEFAULT_LOCAL_MODEL = "meta-llama/Llama-3.1-8B"
@@ -23,8 +27,6 @@ def local_model(cfg: Config) -> str:
 def check_served(cfg: Config, model: str, embedded: bool) -> None:
     """Refuse a --model the backend would not answer as: the embedded model is one model,
     whatever id is sent, and its scores must not be filed under another's name."""
-    from daemon.api import LmdError
-
     if embedded and cfg.model and cfg.model != model:
         raise LmdError(
             f"The embedded model {model} answers here, not {cfg.model}: drop --model (or "
@@ -34,15 +36,11 @@ def check_served(cfg: Config, model: str, embedded: bool) -> None:
 
 def make_openai_rater(cfg: Config, llm: Any) -> Any:
     """An OpenAIRater on `llm`, the backend's client."""
-    from .openai_backend import OpenAIRater
-
     model = openai_model(cfg, llm)
     return OpenAIRater(llm, model, cfg.api, cfg.top_logprobs, cfg.concurrency, cfg.max_length)
 
 
 def make_transformers_rater(cfg: Config, sort_by_length: bool = True) -> Any:
-    from .transformers_backend import TransformersRater
-
     return TransformersRater.load(
         local_model(cfg),
         cfg.device,

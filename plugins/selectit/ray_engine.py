@@ -21,11 +21,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+from tqdm import tqdm
+
 from daemon.api import LmdError
 
 from .datasets import Sample
 from .engine import Result, fitted_prompts, rated
 from .prompts import TooLong
+from .raters import make_transformers_rater
 from .scoring import DEFAULT_SCORE, Rating
 
 # Tests: the path of a file; the first worker that removes it after its first batch dies
@@ -53,8 +57,6 @@ class RaterWorker:
     """One actor of the pool: loads the model once, then rates batch after batch."""
 
     def __init__(self, cfg: Any, templates: Sequence[str]) -> None:
-        from .raters import make_transformers_rater
-
         self.templates = list(templates)
         self.batches = 0
         self.rater = None
@@ -67,8 +69,6 @@ class RaterWorker:
     def __call__(self, batch: dict) -> dict:
         """Per sample: its ratings (JSON), the tokens cut from each prompt (JSON), or why it
         was skipped (too long even shortened: the local engine's 3.0), or why it failed."""
-        import numpy as np
-
         self._crash_when_asked()
         self.batches += 1
         n = len(batch["index"])
@@ -189,7 +189,6 @@ def score_with_ray(
         import ray.data
     except ImportError:
         raise LmdError("--engine ray needs Ray: pip install 'lmd[ray]'.") from None
-    from tqdm import tqdm
 
     run = RayRun(failures=[])
     if not samples:

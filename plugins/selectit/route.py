@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
-from daemon.api import LmdError
+from starlette.responses import JSONResponse
+
+from daemon.api import LmdError, allowed_http_path, choose_backend, read_json
+
+from .config import resolve
+from .datasets import check_unique, id_key, parse_fields, to_sample
+from .engine import score_samples
+from .prompts import BUILTIN_FILE, choose_templates, load_templates
+from .raters import check_served, make_openai_rater, make_transformers_rater
 
 OPTION_KEYS = ("k", "alpha", "rp_file", "model", "api", "backend", "top_logprobs", "details")
 OPTION_KEYS += ("fields",)
@@ -45,12 +54,6 @@ def fields_option(value: Any) -> str | None:
 def confine_paths(cfg: Any, options: dict, home: Any) -> Any:
     """Paths in the request (rp_file; model when the backend is a local model) must lie in
     the daemon's home: a request must not make the daemon read an arbitrary file."""
-    from dataclasses import replace
-
-    from daemon.api import allowed_http_path
-
-    from .prompts import BUILTIN_FILE
-
     if options.get("rp_file"):
         # Our own rating prompts may be named too: they are public and hold no secret.
         path = allowed_http_path(cfg.rp_file, home, "rp_file", also=[BUILTIN_FILE])
@@ -61,16 +64,6 @@ def confine_paths(cfg: Any, options: dict, home: Any) -> Any:
 
 
 async def selectit_route(request: Any) -> Any:
-    from starlette.responses import JSONResponse
-
-    from daemon.api import read_json
-
-    from .config import resolve
-    from .datasets import check_unique, id_key, parse_fields, to_sample
-    from .engine import score_samples
-    from .prompts import choose_templates, load_templates
-    from .raters import make_openai_rater, make_transformers_rater
-
     daemon = request.app.state.daemon
     records, options, single = split_body(await read_json(request, daemon))
     if not records:
@@ -99,10 +92,6 @@ async def selectit_route(request: Any) -> Any:
             if rater is None:
                 rater = daemon.state[key] = await asyncio.to_thread(make_transformers_rater, cfg)
         else:
-            from daemon.api import choose_backend
-
-            from .raters import check_served
-
             llm = daemon.llm(settings)
             check_served(cfg, llm.model, choose_backend(settings).embedded)
             rater = make_openai_rater(cfg, llm)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from daemon.api import LmdError, Shard, describe_parts, file_sha256, part_of
+from daemon.api import LmdError, Shard, describe_parts, file_sha256, part_of, refuse_overwrite
 
+from .datasets import parse_fields, read_dataset
 from .output import WHOLE, ScoresFile, write_rows
 
 
@@ -104,10 +105,6 @@ def merge_parts(
     output: Path, files: list[Path], dataset_override: Path | None = None, force: bool = False
 ) -> tuple[object, dict[str, dict], int]:
     """Write OUT (and its meta) from the parts; returns (dataset, rows by id key, parts)."""
-    from daemon.api import refuse_overwrite
-
-    from .datasets import parse_fields, read_dataset
-
     meta, parts, count = _read_parts(output, files)
     path = _dataset_file(meta, dataset_override)
     if output.resolve() == path.resolve():

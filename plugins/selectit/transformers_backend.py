@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -65,7 +66,7 @@ def rating_token_ids(tokenizer: Any) -> tuple[list[int], list[int]]:
 
 
 def pick_device(name: str) -> str:
-    import torch
+    import torch  # the local extra, optional: only where a local model runs
 
     if name in ("", "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -133,8 +134,6 @@ def _load_model(path: str, device: str) -> tuple[Any, Any]:
 def _last_logits_kwarg(model: Any) -> dict:
     """Ask for the last position's logits only, where the model can (batch x length x vocab
     logits of a 128k vocabulary would take gigabytes for one batch)."""
-    import inspect
-
     params = inspect.signature(model.forward).parameters
     for name in ("logits_to_keep", "num_logits_to_keep"):
         if name in params:
@@ -223,7 +222,7 @@ class TransformersRater:
 
     def forward(self, batch: list[list[int]]) -> list[Rating]:
         """One left-padded forward pass; softmax over the whole vocabulary at the last token."""
-        import torch
+        import torch  # the local extra, optional: only where a local model runs
 
         width = max(len(ids) for ids in batch)
         device = next(self.model.parameters()).device

@@ -14,8 +14,9 @@ import sys
 import pytest
 
 from daemon.core.errors import LmdError
-from daemon.core.home import TOKEN_SHAPE, secure_home, server_token
+from daemon.core.home import TOKEN_SHAPE
 from daemon.core.paths import write_atomic
+from daemon.core.private import secure_home, server_token
 from tests.daemons import ROOT, free_port
 
 

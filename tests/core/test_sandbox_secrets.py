@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from daemon.core.home import known_homes, register_home
+from daemon.core.private import known_homes, register_home
 from daemon.execution import sandbox
 from daemon.execution.runner import run_command
 
@@ -86,12 +86,12 @@ def test_the_registry_of_homes_forgets_deleted_ones(tmp_path, monkeypatch):
 def test_the_running_daemons_token_file_is_hidden_without_the_registry(tmp_path, monkeypatch):
     """The registry cannot be written (a read-only home, a full disk): the daemon's own token
     file, given with --token-file outside any home, stays hidden all the same."""
-    from daemon.core import home as lmd_home
+    from daemon.core import private
 
     blocked = tmp_path / "state"
     blocked.write_text("a file where the registry's folder would go\n")
     monkeypatch.setenv("XDG_STATE_HOME", str(blocked))
-    monkeypatch.setattr(lmd_home, "_REGISTERED", [])
+    monkeypatch.setattr(private, "_REGISTERED", [])
     token_file = tmp_path / "etc" / "lmd.token"
     token_file.parent.mkdir()
     token_file.write_text(f"{KEY}\n")

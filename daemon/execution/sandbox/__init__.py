@@ -10,8 +10,8 @@ intent (untested here). Anywhere else there is no sandbox, and modes ask before 
 
 `detect()` finds out once per process whether a sandbox can be had and why not; `prepare()`
 turns a policy and an argv into the wrapped argv the runner starts. The parts live in small
-modules (policy, detection, bwrap, landlock, cgroups, seccomp, seatbelt, environment, wrap,
-blocked); this package re-exports what callers use.
+modules (policy, workspace, detection, bwrap, landlock, cgroups, seccomp, seatbelt,
+environment, wrap, blocked); this package re-exports what callers use.
 """
 
 from __future__ import annotations
@@ -33,13 +33,11 @@ from .policy import (
     Limits,
     Policy,
     hidden_paths,
-    policy_from_settings,
     root_problem,
-    rule_problem,
-    workspace_problem,
 )
 from .seatbelt import seatbelt_profile
 from .seccomp import seccomp_program
+from .workspace import policy_from_settings, rule_problem, workspace_problem
 from .wrap import prepare, wrap_script
 
 __all__ = [

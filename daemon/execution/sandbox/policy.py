@@ -1,12 +1,15 @@
-"""What one sandboxed command may do: the levels, the hidden places, the limits, the writable
-workspace and why a place may not be one, and what root's commands (run as nobody) can reach."""
+"""What one sandboxed command may do: the levels, the hidden places, the limits, the places a
+workspace may not be, and what root's commands (run as nobody) can reach."""
 
 from __future__ import annotations
 
 import os
+import pwd
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from daemon.core.home import default_home
+from daemon.core.private import known_homes, registered_here
 
 LEVELS = ("read-only", "workspace-write", "off")
 READ_ONLY, WORKSPACE_WRITE, OFF = LEVELS
@@ -32,7 +35,7 @@ SECRET_HOME_PATHS = (
     ".config/google-chrome",
     ".config/chromium",
     ".config/lmd",  # `lmd service install`'s environment file holds OPENAI_API_KEY
-    ".local/state/lmd",  # the list of lmd homes and token files (home.register_home)
+    ".local/state/lmd",  # the list of lmd homes and token files (private.register_home)
     # files that hold passwords and tokens
     ".pgpass",
     ".my.cnf",
@@ -122,8 +125,6 @@ def hidden_paths(home: str, lmd_home: str | None, extra: list[str] | tuple[str, 
     """The secret places to hide: well-known ones under `home`, LMD_HOME, the user's extra ones
     and the session runtime directory (sockets of ssh-agent, gpg-agent, D-Bus). Symlinks are
     hidden at both ends."""
-    from daemon.core.home import default_home, known_homes, registered_here
-
     wanted = [os.path.join(home, rel) for rel in SECRET_HOME_PATHS]
     if lmd_home:
         wanted.append(str(lmd_home))
@@ -146,68 +147,6 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def workspace_problem(path: str, home: str, lmd_home: str | None, hidden: list[str]) -> str | None:
-    """Why `path` may not be a tree that commands write (through staging), or None: the root,
-    a place holding the home or lmd's directory, a hidden place, the home's configuration
-    places (dot folders: ~/.config/git/config with core.fsmonitor runs on every git command),
-    the system's own directories; as root, a place the unprivileged user cannot enter; and
-    anywhere, when this machine cannot stage a command's writes."""
-    real = os.path.realpath(path)
-    if real == "/":
-        return "the working directory is the root of the file system"
-    for guarded, what in ((home, "your home directory"), (lmd_home, "lmd's own directory")):
-        if guarded and _inside(guarded, real):
-            return f"the working directory {path} holds {what}"
-    for secret in hidden:
-        if _inside(real, secret):
-            return f"the working directory {path} is a hidden secret place"
-    place = config_place(real, home)
-    if place:
-        return f"the working directory {path} is in your home's configuration places ({place})"
-    for system in SYSTEM_PLACES:
-        if _inside(real, system):
-            return f"the working directory {path} is a system directory ({system})"
-    problem = root_problem(real, READ_ONLY)
-    if problem:
-        return problem
-    from .detection import detect  # detection builds on this module
-
-    found = detect()
-    if found.available and found.stage is None:
-        return f"this machine cannot stage a command's writes: {found.stage_problem}"
-    return None
-
-
-def rule_problem(directory: str | None, level: str, home: str, lmd_home: str | None) -> str | None:
-    """Why an allow rule at sandbox `level` for `directory` (None: everywhere) would not run
-    its commands at once, as a sentence for when the rule is made (never later, when its
-    command comes): as root a place the unprivileged user cannot enter, a tree its commands
-    may not write, no staging on this machine; None when it will work."""
-    if level not in (READ_ONLY, WORKSPACE_WRITE):
-        return None
-    entering = root_problem(directory, READ_ONLY) if directory is not None else None
-    problem = entering
-    if level == WORKSPACE_WRITE and directory is not None:
-        problem = workspace_problem(directory, home, lmd_home, hidden_paths(home, lmd_home))
-    elif level == WORKSPACE_WRITE:
-        from .detection import detect  # detection builds on this module
-
-        found = detect()
-        if found.available and found.stage is None:
-            problem = f"this machine cannot stage a command's writes: {found.stage_problem}"
-    if problem is None:
-        return None
-    if problem == entering:
-        return (
-            f"I make no rule for commands there: {problem}; a project that others may enter "
-            "(not under /root) can have one."
-        )
-    return (
-        f"I make no rule that lets commands write there: {problem}. Make it in a project "
-        "directory, or ask for the read-only sandbox."
-    )
-
-
 def config_place(path: str, home: str) -> str | None:
     """The home's configuration place (a dot folder or file right under it, or beneath one)
     that `path` is in, as ~/NAME, or None."""
@@ -216,38 +155,6 @@ def config_place(path: str, home: str) -> str | None:
         return None
     first = Path(os.path.relpath(real, home)).parts[0]
     return f"~/{first}" if first.startswith(".") else None
-
-
-def policy_from_settings(
-    settings: Any,
-    level: str,
-    cwd: str,
-    lmd_home: str | None = None,
-    home: str | None = None,
-    writable: str | None = None,
-) -> Policy:
-    """The policy the settings ask for, for a command running in `cwd`; at workspace-write
-    the writable place is `writable` (an approval rule's directory) or else `cwd`."""
-    home = home or os.path.expanduser("~")
-    hidden = hidden_paths(home, lmd_home, settings["sandbox_hide_paths"])
-    limits = Limits(
-        memory_mb=settings["sandbox_memory_mb"],
-        cpu_secs=settings["sandbox_cpu_secs"],
-        file_size_mb=settings["sandbox_file_size_mb"],
-        max_processes=settings["sandbox_max_processes"],
-    )
-    roots: tuple[str, ...] = ()
-    if level == WORKSPACE_WRITE:
-        root = writable or cwd
-        problem = workspace_problem(root, home, lmd_home, hidden)
-        if problem:
-            raise ValueError(problem)
-        roots = (os.path.realpath(root),)
-    problem = root_problem(cwd, level)
-    if problem:
-        raise ValueError(problem)
-    stage_root = os.path.join(lmd_home, "staged") if lmd_home else None
-    return Policy(level, cwd, home, tuple(hidden), roots, limits, stage_root)
 
 
 def root_problem(cwd: str, level: str) -> str | None:
@@ -285,8 +192,6 @@ def _others_may(path: str, mode: int) -> bool:
 
 
 def _user_name(uid: int = ROOT_RUNS_AS) -> str:
-    import pwd
-
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:

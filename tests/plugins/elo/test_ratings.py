@@ -22,13 +22,13 @@ from plugins.elo.ratings import (
     bt_gradient,
     compiled_loop,
     matrices,
-    normalise_winner,
     online_elo,
     online_elo_bootstrap,
     online_elo_rounds,
     resample_counts,
     summarise,
 )
+from plugins.elo.winners import normalise_winner
 
 WINNER = st.sampled_from(["model_a", "model_b", "tie", "tie (bothbad)"])
 

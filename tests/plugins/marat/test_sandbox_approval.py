@@ -200,7 +200,7 @@ def test_history_commands_show_how_each_ran(marat, backend, projects, home):
 
 def test_the_migration_keeps_old_rows_as_unsandboxed(tmp_path):
     from daemon.core.store import Store
-    from plugins.marat.audit import m001_marat_commands, m002_marat_sandbox
+    from plugins.marat.tables import m001_marat_commands, m002_marat_sandbox
 
     store = Store(tmp_path / "old.db")
     store.migrate([("m001_marat_commands", m001_marat_commands)])
