@@ -373,13 +373,7 @@ def settings_reset(name: str, as_json: bool, home: Path | None) -> None:
     _change_setting(home, name, None, as_json)
 
 
-cli.add_command(
-    lazy_command(
-        "words",
-        "daemon.spoken.commands:words",
-        help="Your spoken words: what a speech engine writes, and what you mean by it.",
-    )
-)
+cli.add_command(lazy_command("words", "daemon.spoken.commands:words"))
 
 
 @cli.group()

@@ -21,30 +21,16 @@ def register_routes(register):
     register("/v1/propose", propose, methods=["POST"])
 
 
-# name -> (where the command lives, the first paragraph of its help). `lmd --help` shortens
-# each line to fit, as it would the real command's (a test holds the two equal).
+# name -> where the command lives; `lmd --help` reads its line from the command's docstring.
 COMMANDS = {
-    "shell-init": (
-        "plugins.clients.commands:shell_init",
-        'Print shell functions for every mode: eval "$(lmd shell-init bash)".',
-    ),
-    "propose": (
-        "plugins.clients.commands:propose",
-        "Print one proposed bash command for LINE; nothing is run (control characters and "
-        "escape sequences are removed: the line goes into your command line).",
-    ),
-    "service": (
-        "plugins.clients.commands:service",
-        "Run `lmd serve` as a user service (systemd on Linux, launchd on macOS).",
-    ),
-    "doctor": (
-        "plugins.clients.commands:doctor",
-        "Check the database, settings, backend, tokenizer, bind policy and plugins.",
-    ),
+    "shell-init": "plugins.clients.commands:shell_init",
+    "propose": "plugins.clients.commands:propose",
+    "service": "plugins.clients.commands:service",
+    "doctor": "plugins.clients.commands:doctor",
 }
 
 
 @hookimpl
 def register_commands(cli):
-    for name, (target, help) in COMMANDS.items():
-        cli.add_command(lazy_command(name, target, help=help))
+    for name, target in COMMANDS.items():
+        cli.add_command(lazy_command(name, target))

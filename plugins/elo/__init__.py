@@ -38,10 +38,4 @@ def register_routes(register):
 
 @hookimpl
 def register_commands(cli):
-    cli.add_command(
-        lazy_command(
-            "elo",
-            "plugins.elo.commands:elo",
-            "The Elo arena: arrange battles, answer, judge, rate and show leaderboards.",
-        )
-    )
+    cli.add_command(lazy_command("elo", "plugins.elo.commands:elo"))

@@ -46,20 +46,8 @@ def register_routes(register):
 
 @hookimpl
 def register_commands(cli):
-    cli.add_command(
-        lazy_command(
-            "score",
-            "plugins.lm_score.commands:score",
-            "LM_SCORE(PART..., QUESTION): 0 (no) to 10 (yes).",
-        )
-    )
-    cli.add_command(
-        lazy_command(
-            "sql",
-            "plugins.lm_score.commands:sql",
-            "Run QUERY on the SQLite DATABASE with LM_SCORE(part, ..., question) available.",
-        )
-    )
+    cli.add_command(lazy_command("score", "plugins.lm_score.commands:score"))
+    cli.add_command(lazy_command("sql", "plugins.lm_score.commands:sql"))
 
 
 @hookimpl

@@ -68,11 +68,7 @@ def register_commands(cli):
     from daemon.api import add_history_listing
 
     # `lmd history commands`, also `lmd history --commands`
-    commands = lazy_command(
-        "commands",
-        "plugins.marat.audit:commands_command",
-        "Commands marat ran: where, exit code, duration, how each was approved and sandboxed.",
-    )
+    commands = lazy_command("commands", "plugins.marat.audit:commands_command")
     add_history_listing(cli, commands, "Commands marat ran (its audit) instead.")
 
 

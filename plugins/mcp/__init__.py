@@ -12,13 +12,7 @@ from daemon.api import hookimpl, lazy_command
 
 @hookimpl
 def register_commands(cli):
-    cli.add_command(
-        lazy_command(
-            "mcp",
-            "plugins.mcp.commands:mcp",
-            "MCP: the servers whose tools marat may call, and lmd as an MCP server.",
-        )
-    )
+    cli.add_command(lazy_command("mcp", "plugins.mcp.commands:mcp"))
 
 
 @hookimpl

@@ -25,12 +25,4 @@ def register_routes(register):
 
 @hookimpl
 def register_commands(cli):
-    cli.add_command(
-        lazy_command(
-            "selectit",
-            "plugins.selectit.command:selectit_group",
-            "Score instruction data with SelectIT: `lmd selectit DATASET [OPTIONS]` (the same as "
-            "`lmd selectit score DATASET`), or join the parts of a sharded run with "
-            "`lmd selectit merge`.",
-        )
-    )
+    cli.add_command(lazy_command("selectit", "plugins.selectit.command:selectit_group"))

@@ -150,8 +150,8 @@ def test_commands_on_the_database_import_nothing_heavy(tmp_path):
 
 
 def test_help_lists_plugin_commands_without_importing_them():
-    """`lmd --help` shows each plugin command's line from its LazyCommand; the line is the
-    real command's own, and the command's code is imported only when it runs."""
+    """`lmd --help` shows each plugin command's line from its LazyCommand, read from the real
+    command's docstring in its source (written once); the code is imported only when it runs."""
     from daemon.cli import HistoryGroup
     from daemon.lazy import LazyCommand
     from daemon.plugins import get_plugin_manager
@@ -166,7 +166,8 @@ def test_help_lists_plugin_commands_without_importing_them():
     loaded = set(json.loads(r.stderr.strip().splitlines()[-1].replace("'", '"')))
     assert not loaded & {"plugins.elo.commands", "plugins.selectit.command",
                          "plugins.lm_score.commands", "plugins.marat.audit",
-                         "plugins.clients.commands"}  # fmt: skip
+                         "plugins.clients.commands", "plugins.mcp.commands",
+                         "daemon.spoken.commands"}  # fmt: skip
     # Listing makes no Setting or Mode (plugins make theirs in the hooks that register them),
     # and the help's width is read without shutil.
     assert not loaded & {
@@ -196,6 +197,36 @@ def test_help_lists_plugin_commands_without_importing_them():
                 assert lazy.get_short_help_str(limit) == real.get_short_help_str(limit), name
     r = lmd("elo", "--help")
     assert r.returncode == 0 and "leaderboard" in r.stdout
+
+
+def test_a_lazy_commands_line_is_its_docstring_read_from_the_source(tmp_path, monkeypatch):
+    from daemon.lazy import docstring, lazy_command
+
+    package = tmp_path / "lazydemo"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "cmds.py").write_text(
+        "import click\n\n"
+        "@click.command()\n"
+        "@click.option('--n', type=int)\n"
+        "def first(\n    n: int | None = None,\n) -> None:\n"
+        '    """Do the first thing.\n\n    Longer help.\n    """\n\n'
+        "@click.command()\n"
+        "def escaped() -> None:\n"
+        '    """A tab\\there."""\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert docstring("lazydemo.cmds:first") == "Do the first thing.\n\nLonger help."
+    assert docstring("lazydemo.cmds:escaped") is None  # an escape: the command is asked
+    assert docstring("lazydemo.cmds:missing") is None
+    assert docstring("lazydemo.nothing:first") is None
+    assert "lazydemo.cmds" not in sys.modules  # read, not imported
+    assert lazy_command("first", "lazydemo.cmds:first").get_short_help_str() == (
+        "Do the first thing."
+    )
+    assert lazy_command("escaped", "lazydemo.cmds:escaped").help == "A tab\there."
+    with pytest.raises(TypeError):
+        lazy_command("x", "lazydemo.cmds:first", "one", help="two")
 
 
 @pytest.mark.parametrize("columns", [None, "", "abc", "0", "-3", "40", "100", "300"])

@@ -32,6 +32,23 @@ def test_all_is_the_groups_and_every_name_resolves_with_a_summary():
     assert api.tokens.count("hello") >= 1  # a module namespace, not an attribute
 
 
+def test_the_type_checkers_imports_are_the_groups():
+    """daemon/api.py names each public name once, in _GROUPS; its TYPE_CHECKING block (what
+    editors and mypy read) must import the same names from the same modules."""
+    tree = ast.parse((ROOT / "daemon" / "api.py").read_text())
+    block = next(
+        n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+    )
+    imported = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom), ast.unparse(node)
+        for alias in node.names:
+            name = alias.asname or alias.name
+            whole = f"{node.module}.{alias.name}"
+            imported[name] = whole if name in api._MODULES else node.module
+    assert imported == api._WHERE
+
+
 def test_an_unknown_name_is_one_sentence():
     with pytest.raises(AttributeError, match=r"^daemon\.api has no 'Store'; docs/plugins.md lists"):
         api.Store  # noqa: B018
