@@ -217,7 +217,7 @@ def test_unusual_calls_go_through_the_sdk(backend):
     assert rec.body == {"messages": HISTORY, "model": "fake-model"}
 
 
-def test_an_unknown_parameter_is_refused_as_before(backend):
+def test_an_unknown_parameter_is_refused_as_the_sdk_refuses_it(backend):
     async def call(llm):
         return await llm.chat(HISTORY, no_such_parameter=1)
 
@@ -415,7 +415,7 @@ def test_unusual_completions_go_through_the_sdk(backend):
     assert rec.body == {"prompt": PROMPT, "model": "fake-model"}
 
 
-def test_an_unknown_completion_parameter_is_refused_as_before(backend):
+def test_an_unknown_completion_parameter_is_refused_as_the_sdk_refuses_it(backend):
     (fast, fast_reqs), (sdk, _) = completions_both(
         backend, lambda llm: llm.completion(PROMPT, no_such_parameter=1)
     )

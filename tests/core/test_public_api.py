@@ -158,7 +158,7 @@ def test_the_core_names_no_builtin_plugin():
     assert found == [], "the core must not name a built-in feature:\n" + "\n".join(found)
 
 
-def test_the_core_rule_catches_what_the_issue_removed():
+def test_the_core_rule_finds_plugin_imports_paths_and_setting_names():
     _, settings = builtin_names()
     assert "marat_approval" in settings
     planted = (

@@ -109,7 +109,7 @@ def test_a_build_the_sandbox_stopped_makes_the_next_one_ask_and_run_outside(make
     assert out["pending"] is None and out["reply"].startswith("The sandbox stopped the build")
 
 
-def test_read_only_level_asks_as_before(make_client, world):
+def test_at_the_read_only_level_a_build_asks_and_runs_unsandboxed(make_client, world):
     repo = world["repo"]
     c = make_client(cobol_build_command=BUILD)  # sandbox_level read-only (the default)
     out = say(c, repo, "cobol compile")

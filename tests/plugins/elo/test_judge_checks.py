@@ -106,7 +106,7 @@ def test_each_battle_is_judged_in_both_orders_and_both_verdicts_kept(battles, ho
     assert len(read_csv(both)) == 3
 
 
-def test_one_order_asks_once_and_keeps_the_old_columns(battles, home, backend):
+def test_one_order_asks_once_per_battle_and_writes_no_reversed_verdict(battles, home, backend):
     out = battles.parent / "judged.csv"
     ok(judge(home, battles, out, "--one-order"))
     assert len([b for b in backend.chat_requests if is_judge_request(b)]) == 9
