@@ -64,6 +64,7 @@ COG_FILES := settings.sql README.md $(wildcard docs/*.md)
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/cog -I docs --check --diff --check-fail-msg='run make docs' $(COG_FILES)
 
 docs: $(TEST_STAMP)

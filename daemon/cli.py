@@ -13,7 +13,7 @@ import time
 # json and textwrap are imported where they are used: both compile regular expressions on
 # import, a cost `lmd --help` and `lmd say` would pay for nothing.
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -33,7 +33,7 @@ def terminal_columns() -> int:
         columns = int(os.environ["COLUMNS"])
     except (KeyError, ValueError):
         columns = 0
-    if columns <= 0:
+    if columns <= 0 and sys.__stdout__ is not None:
         try:
             columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
         except (AttributeError, ValueError, OSError):
@@ -495,14 +495,15 @@ def add_history_listing(cli: click.Group, command: click.Command, help: str) -> 
     The command takes the history options: session, limit, as_json and home.
     """
     history = cli.commands.get("history")
-    if not isinstance(history, HistoryGroup) or command.name in history.commands:
+    name = command.name
+    if not isinstance(history, HistoryGroup) or not name or name in history.commands:
         return  # another group (or a second registration): nothing to extend
     history.add_command(command)
-    dest = "listing_" + command.name.replace("-", "_")
-    history.listings[dest] = command.name
+    dest = "listing_" + name.replace("-", "_")
+    history.listings[dest] = name
     # Before --home, so `--help` shows the listing flags beside the other options.
     history.params.insert(
-        len(history.params) - 1, click.Option([f"--{command.name}", dest], is_flag=True, help=help)
+        len(history.params) - 1, click.Option([f"--{name}", dest], is_flag=True, help=help)
     )
 
 
@@ -558,11 +559,12 @@ def history(
     import json
     import textwrap
 
-    chosen = [history.listings[dest] for dest, on in listings.items() if on]
+    group = cast(HistoryGroup, history)  # the decorator made this function that group
+    chosen = [group.listings[dest] for dest, on in listings.items() if on]
     if len(chosen) > 1:
         fail(f"Give only one of {', '.join('--' + c for c in chosen)}.")
-    if chosen:
-        listing = resolve(history, chosen[0])
+    listing = resolve(group, chosen[0]) if chosen else None
+    if listing is not None:
         ctx.invoke(listing, session=session, limit=limit, as_json=as_json, home=home)
         return
     from daemon.core.karma import prompt_rows

@@ -91,8 +91,8 @@ def _loopback_request(
             f"I could not reach lmd at {base} ({e}); start it with `lmd serve`."
         ) from None
     if status >= 400:
-        message = _error_sentence(raw) or f"The daemon answered HTTP {status}."
-        raise ClientError(message, status)
+        sentence = _error_sentence(raw) or f"The daemon answered HTTP {status}."
+        raise ClientError(sentence, status)
     return status, headers, raw
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import anyio
 import httpx2
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from daemon.agent import mcpconfig
 from daemon.agent.mcpconfig import ServerConfig
@@ -436,7 +437,7 @@ async def _http(server: Server) -> AsyncIterator[tuple[Any, Any]]:
         transport=_capped_http_transport(server),
     )
     async with http:
-        async with streamable_http_client(c.url, http_client=http) as streams:
+        async with streamable_http_client(c.url or "", http_client=http) as streams:
             yield streams
 
 
@@ -498,20 +499,28 @@ async def _capped_stdio(server: Server) -> AsyncIterator[tuple[Any, Any]]:
 
     c = server.config
     process = await anyio.open_process(
-        [c.command, *c.args],
+        [c.command or "", *c.args],
         env=get_default_environment() | c.env,  # never the daemon's own secrets
         cwd=c.cwd,
         stderr=_stderr(),  # the daemon's log
         start_new_session=True,
     )
+    # what the SDK's session reads (a message, or the error that stood for one) and writes
+    read_writer: MemoryObjectSendStream[SessionMessage | Exception]
+    read_stream: MemoryObjectReceiveStream[SessionMessage | Exception]
     read_writer, read_stream = anyio.create_memory_object_stream(0)
+    write_stream: MemoryObjectSendStream[SessionMessage]
+    write_reader: MemoryObjectReceiveStream[SessionMessage]
     write_stream, write_reader = anyio.create_memory_object_stream(0)
+    stdout, stdin = process.stdout, process.stdin
+    if stdout is None or stdin is None:  # piped by open_process's defaults: never None
+        raise OSError("the MCP server's pipes were not made")
 
     async def reader() -> None:
         buffer = bytearray()
         try:
             async with read_writer:
-                async for chunk in process.stdout:
+                async for chunk in stdout:
                     buffer += chunk
                     while True:
                         end = buffer.find(b"\n")
@@ -540,7 +549,7 @@ async def _capped_stdio(server: Server) -> AsyncIterator[tuple[Any, Any]]:
             async with write_reader:
                 async for message in write_reader:
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send((data + "\n").encode())
+                    await stdin.send((data + "\n").encode())
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             await read_writer.aclose()
 

@@ -106,7 +106,7 @@ class Rule:
 
     @property
     def pattern(self) -> str:
-        return self.tool if self.kind == "tool" else shlex.join(self.words)
+        return self.tool if self.kind == "tool" and self.tool else shlex.join(self.words)
 
     def sentence(self, what: str | None = None) -> str:
         """The rule in one spoken sentence (`what` names the pattern otherwise)."""
@@ -371,7 +371,8 @@ def add_rule(
     """Make a rule (or find the same one); (rule, made now). RuleError says why not."""
     if decision not in DECISIONS:
         raise RuleError(f"A rule's decision is allow, ask or forbid, not {decision!r}.")
-    kind, tool, words = "command", None, ()
+    kind, tool = "command", None
+    words: tuple[str, ...] = ()
     if isinstance(pattern, str) and pattern.strip().startswith("mcp:"):
         kind, tool = "tool", pattern.strip()
         if not TOOL_PATTERN.fullmatch(tool):

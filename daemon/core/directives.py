@@ -23,6 +23,12 @@ _GAP = re.compile(r"[\s\-]+")
 _AFTER = re.compile(r"[\s,.:;!?\-\u2013\u2014\u2026'\"\u201c\u201d\u2018\u2019)\]]*")
 
 
+def _past(pattern: re.Pattern[str], text: str, pos: int = 0) -> int:
+    """Where the run of `pattern` (one that may match nothing) starting at `pos` ends."""
+    found = pattern.match(text, pos)
+    return found.end() if found else pos
+
+
 # Said before a directive by habit: dropped with it ("Hey marat" is marat). Alone, or before
 # anything else, they stay content ("OK, list the files").
 WAKE_WORDS = frozenset({"hey", "hi", "hello", "ok", "okay", "yo"})
@@ -58,13 +64,13 @@ def build_table(modes: Iterable[str], aliases: Mapping[str, Iterable[str]]) -> d
 def parse(text: str, table: Mapping[tuple[str, ...], str]) -> Parsed:
     """Split an utterance into (mode named by its first word(s), the rest)."""
     stripped = text.strip()
-    pos = _LEAD.match(stripped).end()
+    pos = _past(_LEAD, stripped)
     found = _directive_at(stripped, pos, pos, table)
     if found is not None:
         return found
     first = _WORD.match(stripped, pos)
     if first and fold(first.group()) in WAKE_WORDS:
-        after = _AFTER.match(stripped, first.end()).end()
+        after = _past(_AFTER, stripped, first.end())
         found = _directive_at(stripped, after, pos, table)
         if found is not None:
             return found
@@ -109,7 +115,7 @@ def _parsed(
 ) -> Parsed | None:
     if end < len(stripped) and (stripped[end].isalnum() or stripped[end] in "'\u2019"):
         return None  # "marat's" or "marat2" is not the directive
-    rest_start = _AFTER.match(stripped, end).end()
+    rest_start = _past(_AFTER, stripped, end)
     # keep a closing quote/bracket that belongs to the content, only drop separators
     rest = stripped[rest_start:].strip()
     return Parsed(mode, rest, stripped[start:end].strip(), misheard)

@@ -117,7 +117,7 @@ def known_homes() -> list[str]:
 def secure_home(home: Path) -> list[str]:
     """Make LMD_HOME 0700 and its private files 0600 when others can read them; return what
     was fixed (one log line says so). A home owned by another user is refused."""
-    fixed = []
+    fixed: list[str] = []
     try:
         info = home.stat()
     except FileNotFoundError:

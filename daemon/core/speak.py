@@ -9,7 +9,7 @@ rules go, because a voice reads them out as noise.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 FENCE = re.compile(r"^\s*(```|~~~)")
@@ -121,9 +121,10 @@ class Speaker:
         if self.in_fence:
             text = line.rstrip()
         else:
-            text = speak_line(line)
-            if text is None:
+            spoken = speak_line(line)
+            if spoken is None:
                 return ""
+            text = spoken
         if not text.strip():
             if self.blank:
                 return ""
@@ -188,7 +189,7 @@ def wants_speech(headers: Any, query: Any, default: bool = False) -> bool:
     return _flag(headers, query, "speak", default)
 
 
-async def speak_stream(chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+async def speak_stream(chunks: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]:
     """A chunk stream stripped for a voice (finished lines are released as they complete)."""
     s = Speaker()
     try:
@@ -200,4 +201,4 @@ async def speak_stream(chunks: AsyncIterator[str]) -> AsyncIterator[str]:
         if rest:
             yield rest
     finally:
-        await chunks.aclose()  # type: ignore[attr-defined]
+        await chunks.aclose()

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daemon.core import defaults
 from daemon.core.core_settings import CORE_SETTINGS
@@ -25,7 +25,7 @@ def _import_sqlite_utils():
     They are kept out unless already imported."""
     kept_out = [name for name in ("pandas", "numpy") if name not in sys.modules]
     for name in kept_out:
-        sys.modules[name] = None  # type: ignore[assignment]  # `import numpy` fails fast
+        sys.modules[name] = None  # `import numpy` fails fast
     try:
         import sqlite_utils  # here, with numpy and pandas kept out (see above)
     finally:
@@ -34,7 +34,10 @@ def _import_sqlite_utils():
     return sqlite_utils
 
 
-sqlite_utils = _import_sqlite_utils()
+if TYPE_CHECKING:
+    import sqlite_utils
+else:
+    sqlite_utils = _import_sqlite_utils()
 
 # The settings table and what tells the user's values from lmd's defaults. settings.sql (the
 # generated reference of every default) holds the same schema; the defaults themselves are
@@ -77,7 +80,8 @@ class Prompt:
     def from_tuple(cls, row: tuple) -> Prompt:
         """From a row selected as PROMPT_COLUMNS (the hot path: no dicts, no empty-meta JSON)."""
         meta = row[10]
-        return cls(*row[:10], json.loads(meta) if meta and meta != "{}" else {})
+        fields = (*row[:10], json.loads(meta) if meta and meta != "{}" else {})
+        return cls(*fields)
 
 
 # The columns of Prompt, in order, for from_tuple.
@@ -392,6 +396,7 @@ class Store:
                     int(step),
                 ],
             )
+            assert cur.lastrowid is not None  # an INSERT sets it
             return cur.lastrowid
 
     def recent(self, session: str, limit: int, mode: str | None = None) -> list[Prompt]:
@@ -415,6 +420,7 @@ class Store:
 
     def history(self, session: str | None = None, limit: int = 20) -> list[Prompt]:
         """Newest `limit` prompts (of one session or all), oldest first, errors included."""
+        args: list[Any]
         if session is None:
             sql, args = "SELECT * FROM prompts ORDER BY id DESC LIMIT ?", [limit]
         else:

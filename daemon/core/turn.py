@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,7 +84,7 @@ async def run_turn(
     cwd: str | None = None,
     mode_override: str | None = None,
     say_cut: bool = True,
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """Answer one utterance; yields the reply's chunks and fills `outcome`. With
     `say_cut`, a reply the backend cut at its length limit ends with a sentence saying so, and a
     model answer without a word is a failure that says so (the OpenAI endpoint passes both
@@ -131,7 +131,7 @@ async def run_turn(
             return record_turn(store, settings, session_name, role, content, kind, mode_name, **kw)
 
         unheard = pending is not None and not approvals.heard(pending)
-        if unheard and approvals.is_answer(parsed.rest):
+        if pending is not None and unheard and approvals.is_answer(parsed.rest):
             # An answer from a client that did not hear this question (another client's, or
             # one that changed since): it answers nothing; the question is said to it.
             yield await _ask_again(store, session, pending, parsed.rest, outcome, store_turn)

@@ -69,13 +69,14 @@ class Applier:
         self.upper = os.path.join(self.stage_dir, "upper")
         self.undo_dir = os.path.join(self.stage_dir, "undo")
         self.done: list[dict] = []
+        self._cached: tuple[str, int] | None = None  # the last folder: (its path, a descriptor)
 
     # -- the walk ------------------------------------------------------------------------------
     def _parent(self, rel: str) -> tuple[int, str]:
         """A descriptor of `rel`'s folder in the tree (the caller closes it) and its name. The
         last folder's descriptor is kept for the next step (100,000 files in one folder)."""
         folder, _, name = rel.rpartition("/")
-        cached = getattr(self, "_cached", None)
+        cached = self._cached
         if cached is not None and cached[0] == folder:
             return os.dup(cached[1]), name
         try:
@@ -99,7 +100,7 @@ class Applier:
 
     def close(self) -> None:
         """Let go of the kept folder descriptor."""
-        cached = getattr(self, "_cached", None)
+        cached = self._cached
         if cached is not None:
             os.close(cached[1])
             self._cached = None

@@ -201,7 +201,7 @@ async def run_command(
         if prepared is not None:
             prepared.close()  # nothing of the command survives it, even as root
     text, overflow, exit_code, timed_out = result
-    if prepared is not None and prepared.memory_ended:
+    if prepared is not None and prepared.memory_ended and sandbox is not None:
         text += (
             f"\n[lmd ended it: together its processes held more than "
             f"{sandbox.limits.memory_mb} MiB, the sandbox's memory limit]"
@@ -218,7 +218,7 @@ async def run_command(
     output, truncated = cut(text, max_chars, overflow)
     level = sandbox.level if sandbox is not None else sandboxing.NONE
     blocked = None
-    if prepared is not None and prepared.memory_ended:
+    if prepared is not None and prepared.memory_ended and sandbox is not None:
         blocked = f"it hit the memory limit ({sandbox.limits.memory_mb} MiB for the whole command)"
     elif sandbox is not None and not timed_out:
         blocked = sandboxing.blocked_reason(sandbox, command, text, exit_code)

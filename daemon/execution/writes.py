@@ -326,7 +326,7 @@ def apply_held(stage_dir: str, places: list[str]) -> Settled:
     tree = record["tree"]
     owner = tuple(record.get("owner", (0, 0)))
     settled = Settled(tree, stage_dir)
-    applier = Applier(tree, stage_dir, owner)  # type: ignore[arg-type]
+    applier = Applier(tree, stage_dir, owner)
     still = []
     for item in record.get("held", []):
         c = Change(item["path"], item["kind"], item["mode"], item["why"], root=item["root"])

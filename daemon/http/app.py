@@ -212,7 +212,7 @@ async def openapi_json(request: Request) -> Response:
 
 # -- the app ----------------------------------------------------------------------------------
 async def handle_lmd_error(request: Request, e: Exception) -> Response:
-    return error_response(request, e)  # type: ignore[arg-type]
+    return error_response(request, e)  # type: ignore[arg-type]  # registered for LmdError
 
 
 def explain_db_error(e: sqlite3.Error) -> LmdError:
@@ -236,7 +236,7 @@ def explain_db_error(e: sqlite3.Error) -> LmdError:
 
 async def handle_db_error(request: Request, e: Exception) -> Response:
     log.error("database error on %s: %s", request.url.path, e)
-    return error_response(request, explain_db_error(e))  # type: ignore[arg-type]
+    return error_response(request, explain_db_error(e))  # type: ignore[arg-type]  # sqlite3.Error
 
 
 async def handle_http_error(request: Request, e: Exception) -> Response:
@@ -281,8 +281,9 @@ def create_app(
     request's client runs as the daemon's owner: "kernel" asks the kernel (Linux), None
     turns the check off (only the token gets in). It applies only bound to loopback.
     """
-    if peer_check == "kernel":
-        peer_check = same_user if supported() else None
+    check = (same_user if supported() else None) if peer_check == "kernel" else peer_check
+    if isinstance(check, str):
+        raise ValueError(f'peer_check is a function, None or "kernel", not {check!r}')
     daemon = Daemon(home=home, pm=pm, token=token)
 
     @contextlib.asynccontextmanager
@@ -334,4 +335,4 @@ def create_app(
         },
     )
     app.state.daemon = daemon
-    return Guard(app, daemon, token, loopback_only, peer_check)  # type: ignore[arg-type]
+    return Guard(app, daemon, token, loopback_only, check)

@@ -172,9 +172,11 @@ class Guard:
     def own_origins(self, scope: dict, host: str | None) -> frozenset[str]:
         """The origins of pages the daemon itself serves: http://{name}:{port}."""
         server = scope.get("server")
-        port = server[1] if server else None
         if not self.loopback_only:  # the name the client used; the token is required anyway
             return frozenset({f"http://{(host or '').strip().lower()}"})
+        if not server:
+            return frozenset()  # no port known: no page is the daemon's own
+        port: int = server[1]
         own = self._own.get(port)
         if own is None:
             names = [f"http://{name}:{port}" for name in LOOPBACK_ORIGIN_HOSTS]

@@ -17,6 +17,14 @@ if TYPE_CHECKING:
 SHUTDOWN_SENTENCE = "lmd is shutting down and stopped this request; say it again once it is back."
 
 
+def _current_task() -> asyncio.Task:
+    """The task answering this request (a reply is always awaited inside one)."""
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("a reply is answered inside a task")
+    return task
+
+
 class ClientGone(LmdError):
     """The client closed its connection: the turn was stopped (the answer goes nowhere)."""
 
@@ -77,7 +85,7 @@ class TurnReply:
     async def whole(self) -> str:
         """The whole reply; with `speak`, also reported to JSON clients as `speech`."""
         daemon = self.daemon
-        task = asyncio.current_task()
+        task = _current_task()
         daemon.inflight.add(task)
         watch = self._watch(task)
         try:
@@ -102,7 +110,7 @@ class TurnReply:
     async def start(self) -> str | None:
         """Pull the first chunk (None for an empty reply) before the response begins. Once
         it has begun, the streaming response itself stops the turn when the client leaves."""
-        task = asyncio.current_task()
+        task = _current_task()
         watch = self._watch(task)
         try:
             self.first = await anext(self.chunks, None)
@@ -144,5 +152,5 @@ class TurnReply:
         except LmdError as e:
             yield form.error(e)
         finally:
-            await self.chunks.aclose()  # type: ignore[attr-defined]
+            await self.chunks.aclose()
         yield "data: [DONE]\n\n"

@@ -226,8 +226,7 @@ def hear_answer(text: str) -> Heard | None:
     if not words and not others:
         return Heard(UNCLEAR, "", why="that is not a yes or a no")
     if len(words) > MOST_WORDS:
-        kinds = {kind for kind, _, _ in _phrases(words)}
-        if kinds & {YES, NO, WAIT, "unsure"}:
+        if {kind for kind, _, _ in _phrases(words)} & {YES, NO, WAIT, "unsure"}:
             return Heard(UNCLEAR, said, why="that is too long for a yes or a no")
         return None
     found = _phrases(words)

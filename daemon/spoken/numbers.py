@@ -77,8 +77,8 @@ def spoken_number(text: str, ordinals: bool = False) -> int | float | None:
         words = words[1:]
     if not words:
         return None
-    value = _read(words, ordinals)
-    return None if value is None else sign * value
+    read = _read(words, ordinals)
+    return None if read is None else sign * read
 
 
 def _read(words: list[str], ordinals: bool) -> int | float | None:
@@ -101,9 +101,9 @@ def _read(words: list[str], ordinals: bool) -> int | float | None:
         at = words.index("point")
         whole = _whole(words[:at], ordinals=False) if words[:at] else 0
         digits = [_digit(w) for w in words[at + 1 :]]
-        if whole is None or not digits or None in digits:
+        if whole is None or not digits or any(d is None for d in digits):
             return None
-        return float(f"{whole}." + "".join(digits))
+        return float(f"{whole}." + "".join(d for d in digits if d is not None))
     whole = _whole(words, ordinals)
     if whole is None:
         return None
@@ -135,7 +135,9 @@ def _whole(words: list[str], ordinals: bool) -> int | None:
     smalls = _smalls(words)
     if smalls is not None:
         return smalls
-    total, current, seen, open_small = 0, 0, False, False
+    total: int | float = 0
+    current: int | float = 0  # a float only as in "1.5 million", before its scale word
+    seen, open_small = False, False
     for w in words:
         if w == "and" and seen:
             continue
@@ -149,7 +151,7 @@ def _whole(words: list[str], ordinals: bool) -> int | None:
             if open_small:
                 return None
             # "1.5 million": the scale word must follow
-            current, seen, open_small = current + float(w), True, True  # type: ignore[assignment]
+            current, seen, open_small = current + float(w), True, True
         elif w in UNITS:
             if open_small and (current % 10 != 0 or current % 100 == 0 or UNITS[w] >= 10):
                 return None  # "five five", "twenty twelve"

@@ -129,11 +129,11 @@ def _detect_bwrap() -> Availability:
     problem = _probe(found)
     if problem is None and landlock:
         with_landlock = dataclasses.replace(found, landlock=landlock)
-        landlock_problem = _probe(with_landlock)
-        if landlock_problem is None:
+        failed = _probe(with_landlock)
+        if failed is None:
             found = with_landlock
         else:
-            landlock_problem = f"Landlock does not work inside bwrap here ({landlock_problem})"
+            landlock_problem = f"Landlock does not work inside bwrap here ({failed})"
     stage, stage_problem = _probe_staging(found) if problem is None else (None, "")
     found = dataclasses.replace(found, stage=stage, stage_problem=stage_problem)
     if problem:
@@ -223,9 +223,9 @@ def _probe(found: Availability) -> str | None:
 def _probe_staging(found: Availability) -> tuple[str | None, str]:
     """lmd-stage and "" when a staged write works here (it lands in the stage, not in the
     tree), else None and why not."""
-    helper, problem = find_helper("stage")
+    helper, missing = find_helper("stage")
     if helper is None:
-        return None, problem
+        return None, missing
     with_stage = dataclasses.replace(found, stage=helper)
     with tempfile.TemporaryDirectory(prefix="lmd-stage-probe-") as tmp:
         os.chmod(tmp, 0o755)

@@ -4,6 +4,7 @@ API key or the daemon's token."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 # Environment variables that must never reach a command, whatever the passthrough says.
 NEVER_PASSED = frozenset({"OPENAI_API_KEY", "LMD_TOKEN"})
@@ -13,7 +14,7 @@ ENV_ALLOWLIST = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "T
 
 
 def command_env(
-    cwd: str, extra: dict | None = None, passthrough: list[str] | tuple[str, ...] = ()
+    cwd: str, extra: dict | None = None, passthrough: Sequence[str] = ()
 ) -> dict[str, str]:
     """An allowlisted environment: the basics, LC_*, TMPDIR, the names the user passes through
     (`command_env_passthrough`), then `extra`. The API key and the daemon token never."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import platform
 import struct
+from typing import Any
 
 # Per machine: the audit arch and the numbers of the calls the filter looks at.
-_SYSCALLS = {
+_SYSCALLS: dict[str, dict[str, Any]] = {
     "x86_64": {
         "arch": 0xC000003E,
         "socket": 41,
