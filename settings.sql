@@ -7,11 +7,13 @@
 -- (a trigger marks it in settings_chosen). `lmd settings reset NAME`, or deleting the row, puts
 -- a setting back on its default. `lmd settings list --sources` says which is which.
 --
--- GENERATED from the Setting declarations (daemon/core/core_settings.py for the core, each
--- built-in plugin's register_settings for the rest) and daemon/core/defaults.py: change one,
--- then run `make docs`. `make lint` and tests/core/test_docs.py fail while this file is stale.
--- Run by hand into an empty database, it makes the tables lmd makes; daemon/core/settings.sql,
--- a symlink to this file, ships it with installed packages. docs/settings.md is the reference.
+-- The schema (the CREATE statements) is written here and only here: the daemon runs them on
+-- every start (daemon/core/defaults.py reads them from daemon/core/settings.sql, a symlink to
+-- this file that ships it with installed packages). The defaults are GENERATED from the
+-- Setting declarations (daemon/core/core_settings.py for the core, each built-in plugin's
+-- register_settings for the rest): change one, then run `make docs`; `make lint` and
+-- tests/core/test_docs.py fail while they are stale. Run by hand into an empty database, this
+-- file makes the tables lmd makes. docs/settings.md is the reference.
 
 CREATE TABLE IF NOT EXISTS settings (
     name TEXT PRIMARY KEY,
@@ -224,11 +226,10 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_models_file', '');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_concurrency', '0');
 -- [[[end]]]
 
--- Which values you chose, and which defaults lmd wrote (daemon/core/defaults.py).
--- [[[cog
--- import docgen
--- cog.out(docgen.settings_schema())
--- ]]]
+-- Which values you chose, and which defaults lmd wrote (daemon/core/defaults.py). The daemon
+-- runs this file's CREATE statements, every one, on every start: this is the schema's only
+-- copy. The triggers insert only a name not yet there: a conflict clause inside a trigger
+-- gives way to the outer statement's (an upsert's), so INSERT OR IGNORE would fail there.
 CREATE TABLE IF NOT EXISTS settings_chosen (name TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS settings_defaults (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TRIGGER IF NOT EXISTS settings_chosen_on_insert AFTER INSERT ON settings
@@ -237,4 +238,3 @@ WHERE NOT EXISTS (SELECT 1 FROM settings_chosen WHERE name = NEW.name); END;
 CREATE TRIGGER IF NOT EXISTS settings_chosen_on_update AFTER UPDATE OF value ON settings
 BEGIN INSERT INTO settings_chosen (name) SELECT NEW.name
 WHERE NOT EXISTS (SELECT 1 FROM settings_chosen WHERE name = NEW.name); END;
--- [[[end]]]

@@ -86,13 +86,6 @@ def settings_sql() -> str:
     return "".join(out)
 
 
-def settings_schema() -> str:
-    """The tables and triggers that tell the user's values from lmd's defaults."""
-    from daemon.core.defaults import SCHEMA
-
-    return SCHEMA.lstrip("\n")
-
-
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 

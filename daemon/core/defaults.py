@@ -12,20 +12,28 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
-# The triggers insert only a name not yet there: a conflict clause inside a trigger gives way to
-# the outer statement's (an upsert's), so INSERT OR IGNORE would fail there.
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS settings_chosen (name TEXT PRIMARY KEY);
-CREATE TABLE IF NOT EXISTS settings_defaults (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TRIGGER IF NOT EXISTS settings_chosen_on_insert AFTER INSERT ON settings
-BEGIN INSERT INTO settings_chosen (name) SELECT NEW.name
-WHERE NOT EXISTS (SELECT 1 FROM settings_chosen WHERE name = NEW.name); END;
-CREATE TRIGGER IF NOT EXISTS settings_chosen_on_update AFTER UPDATE OF value ON settings
-BEGIN INSERT INTO settings_chosen (name) SELECT NEW.name
-WHERE NOT EXISTS (SELECT 1 FROM settings_chosen WHERE name = NEW.name); END;
-"""
+SETTINGS_SQL = Path(__file__).with_name("settings.sql")  # the repository's, by a symlink
+
+
+def schema(sql: str) -> str:
+    """The CREATE statements of settings.sql (the tables and triggers), without its INSERTs of
+    the defaults: lmd writes those itself (`follow`), unmarked as chosen."""
+    statements, part = [], ""
+    for line in sql.splitlines(keepends=True):
+        if not part and (not line.strip() or line.lstrip().startswith("--")):
+            continue
+        part += line
+        if sqlite3.complete_statement(part):
+            if part.lstrip().upper().startswith("CREATE"):
+                statements.append(part.strip())
+            part = ""
+    return "\n".join(statements) + "\n"
+
+
+SCHEMA = schema(SETTINGS_SQL.read_text(encoding="utf-8"))
 
 
 class StoredSettings(Mapping[str, str]):

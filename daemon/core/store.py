@@ -39,13 +39,10 @@ if TYPE_CHECKING:
 else:
     sqlite_utils = _import_sqlite_utils()
 
-# The settings table and what tells the user's values from lmd's defaults. settings.sql (the
-# generated reference of every default) holds the same schema; the defaults themselves are
-# written from the declarations by daemon/core/defaults.py.
-SETTINGS_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);"
-    + defaults.SCHEMA
-)
+# The settings table and what tells the user's values from lmd's defaults: the CREATE
+# statements of settings.sql (daemon/core/defaults.py reads them); the defaults themselves are
+# written from the declarations.
+SETTINGS_SCHEMA = defaults.SCHEMA
 
 Migration = Callable[[sqlite_utils.Database], None]
 

@@ -1,13 +1,16 @@
 """Settings: typed values, clear refusals, env overrides, settings.sql, CLI and HTTP."""
 
 import json
+import sqlite3
 
 import pytest
 
+from daemon.core.defaults import SCHEMA
 from daemon.core.registry import collect
 from daemon.core.settings import Setting, SettingError, Settings
+from daemon.core.store import Store
 from daemon.plugins import get_plugin_manager
-from tests.daemons import lmd_in_process
+from tests.daemons import ROOT, lmd_in_process
 from tests.test_seed_examples import SEED_SETTINGS
 
 
@@ -280,3 +283,24 @@ def test_a_bad_environment_value_is_one_sentence_and_a_failure(tmp_path, args):
         "The environment variable LMD_MAX_TOKENS: max_tokens cannot be 'lots'; it must be a "
         "whole number of at least 1."
     )
+
+
+def test_the_daemon_makes_the_settings_tables_settings_sql_declares(tmp_path):
+    """settings.sql holds the schema once: a new database has exactly its tables and triggers,
+    and none of its INSERTs (lmd writes the defaults itself, unmarked as chosen)."""
+    reference = sqlite3.connect(":memory:")
+    reference.executescript((ROOT / "settings.sql").read_text())
+    store = Store(tmp_path / "lmd.db")
+    store.migrate()
+    made = sqlite3.connect(":memory:")
+    made.executescript(SCHEMA)
+    query = "SELECT type, name, sql FROM sqlite_master WHERE name LIKE 'settings%' ORDER BY name"
+    expected = reference.execute(query).fetchall()
+    assert {name for _, name, _ in expected} == {
+        "settings", "settings_chosen", "settings_defaults",
+        "settings_chosen_on_insert", "settings_chosen_on_update",
+    }  # fmt: skip
+    assert made.execute(query).fetchall() == expected
+    assert store.db.execute(query).fetchall() == expected
+    assert made.execute("SELECT COUNT(*) FROM settings").fetchone() == (0,)
+    store.close()
