@@ -6,6 +6,9 @@ The real-model tier's files (those with a test or fixture that takes the `real_m
 started both model servers (seconds of CPU each, on a CPU-bound run), and one worker reading
 the tier's prompts in a row reuses their common prefixes.
 
+The journeys tier (tests/journeys/: its daemons on the embedded model, one per Unix user,
+started once and shared by the tier's files) goes to one worker as a third unit.
+
 The local-model files (those that import torch or transformers into the worker, through
 `pytest.importorskip`) go to one worker as another unit: each worker that imports them and
 loads a model through transformers pays some 7 CPU-seconds (torch, transformers' modelling
@@ -23,6 +26,7 @@ from xdist.scheduler import LoadFileScheduling
 REAL_MODEL_TIER = "the real-model tier"
 MODEL_FIXTURES = {"real_model", "small_model"}
 LOCAL_MODEL_FILES = "the local-model files"
+JOURNEYS = "the journeys tier"
 LOCAL_MODEL_MODULES = {"torch", "transformers"}
 
 
@@ -63,10 +67,13 @@ def uses_local_model(path: Path) -> bool:
 
 
 class Scheduling(LoadFileScheduling):
-    """loadfile, with the real-model tier as one unit and the local-model files as another."""
+    """loadfile, with the real-model tier as one unit, the local-model files as another and
+    the journeys tier as a third."""
 
     def _split_scope(self, nodeid: str) -> str:
         path = super()._split_scope(nodeid)
+        if path.startswith("tests/journeys/"):
+            return JOURNEYS
         if uses_real_model(self.config.rootpath / path):
             return REAL_MODEL_TIER
         return LOCAL_MODEL_FILES if uses_local_model(self.config.rootpath / path) else path

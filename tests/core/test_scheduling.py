@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from tests.daemons import ROOT
-from tests.scheduling import uses_local_model, uses_real_model
+from tests.scheduling import JOURNEYS, Scheduling, uses_local_model, uses_real_model
 from tests.warm_lmd import WarmLmd, interpreter_env, put_back_interpreter_env
 
 
@@ -101,3 +101,13 @@ def test_a_daemon_is_forked_warm_only_for_the_interpreter_it_would_be(tmp_path: 
         {**base, "LD_PRELOAD": "/x.so"},
     ]:
         assert not warm.forkable(env), env
+
+
+def test_the_journeys_tier_is_one_unit():
+    """Its files share two daemons on the embedded model: one worker starts them once."""
+    scheduling = Scheduling.__new__(Scheduling)  # only the scope rule, no xdist session
+    scheduling.config = type("Config", (), {"rootpath": ROOT})()
+    scope = scheduling._split_scope
+    assert scope("tests/journeys/test_marat.py::test_x[root]") == JOURNEYS
+    assert scope("tests/journeys/test_code.py::test_y[user]") == JOURNEYS
+    assert scope("tests/core/test_app.py::test_z") == "tests/core/test_app.py"

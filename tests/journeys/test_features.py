@@ -1,0 +1,139 @@
+"""The seed's features from the command line, with the daemon running on the embedded model:
+LM_SCORE (alone, over HTTP, in SQL), SelectIT and the Elo arena on the shipped samples."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+import sqlite3
+
+import pytest
+
+from tests.daemons import ROOT
+
+from .conftest import ALIAS, engine_processes, journey
+from .test_first_run import names_the_embedded_backend, only_loopback
+
+pytestmark = pytest.mark.slow  # the journeys tier: real daemons on the embedded model
+
+SCORE = re.compile(r"(10|[0-9])")
+
+
+def shipped(pattern: str):
+    """A sample file of the examples/ folder (issue 36 item 12: the docs' examples use them)."""
+    found = sorted((ROOT / "examples").glob(pattern))
+    if not found:
+        pytest.fail(f"no examples/{pattern} ships with lmd")
+    return found[0]
+
+
+@journey(
+    both="issue 36 items 1, 3: lmd score asks api.openai.com; the daemon's score says gpt-4.1-mini"
+)
+def test_score_through_the_running_daemon(person):
+    """With the daemon running, `lmd score` uses its embedded model (no second model server,
+    no hosted API); the daemon's own LM_SCORE reply and the cache name the model that
+    answered; the same question again is a cache hit for that model."""
+    calls = person.calls()
+    ask = ["The invoice is for a laptop.", "Is this about a computer?"]
+    ran = person.lmd("score", *ask)
+    assert ran.returncode == 0, ran.stderr
+    assert SCORE.fullmatch(ran.stdout.strip().splitlines()[-1]), ran.stdout
+    assert names_the_embedded_backend(ran), ran
+    only_loopback(calls.read())
+    assert calls.chats() and {c["body"]["model"] for c in calls.chats()} == {ALIAS}
+    assert engine_processes(person) == person.daemon.model_servers()  # no second server
+    status, body = person.http("POST", "/lm_score", {"contents": ask[:1], "question": ask[1]})
+    assert status == 200 and body["model"] == ALIAS, body
+    ran = person.lmd("score", "--json", *ask)
+    assert ran.returncode == 0, ran.stderr
+    again = json.loads(ran.stdout)
+    assert again["cached"] is True and again["model"] == ALIAS, again
+    with person.db() as conn:
+        models = {json.loads(r)["model"] for (r,) in conn.execute(
+            "SELECT result FROM lm_score_cache")}  # fmt: skip
+    assert models == {ALIAS}
+
+
+@journey(both="issue 36 items 1-2: lmd sql exits 0 with an empty column (api.openai.com)")
+def test_sql_over_a_table_reports_every_row(person):
+    """`lmd sql` with LM_SCORE over the user's table: every row scored by the embedded model,
+    or a non-zero exit with one sentence counting the rows that were not, and `--errors`
+    naming them; never exit 0 with a column that looks like data."""
+    shop = person.mkdir("sql") / "shop.db"
+    with sqlite3.connect(shop) as conn:
+        conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, product TEXT)")
+        rows = [("laptop",), ("pears",), ("GPU server",)]
+        conn.executemany("INSERT INTO invoices (product) VALUES (?)", rows)
+    person.own(shop)
+    calls = person.calls()
+    query = "SELECT id, LM_SCORE(product, 'Is this a computer product?') AS s FROM invoices"
+    ran = person.lmd("sql", shop, query, "--csv")
+    only_loopback(calls.read())
+    table = list(csv.DictReader(io.StringIO(ran.stdout[ran.stdout.index("id,s") :])))
+    assert [r["id"] for r in table] == ["1", "2", "3"], ran
+    failed = [r["id"] for r in table if not SCORE.fullmatch(r["s"])]
+    if not failed:
+        assert ran.returncode == 0, ran
+    else:
+        assert ran.returncode != 0, ran
+        assert re.search(rf"\b{len(failed)}\b", ran.stderr.strip().splitlines()[-1]), ran.stderr
+        ran = person.lmd("sql", shop, query, "--csv", "--errors")
+        for row in failed:
+            assert re.search(rf"\b{row}\b", ran.stderr), ran.stderr
+
+
+@journey(both="issue 36 items 1, 12: no sample ships; lmd selectit asks api.openai.com")
+def test_selectit_on_the_shipped_sample(person):
+    """`lmd selectit` on (the first records of) the shipped Alpaca sample: scored through
+    the embedded model's logprobs, one line per record; run again, it resumes (no model
+    call)."""
+    lines = shipped("*.jsonl").read_text().splitlines()[:3]
+    data = person.write(person.base / "work" / "alpaca-3.jsonl", "\n".join(lines) + "\n")
+    out = data.with_name("scores.jsonl")
+    calls = person.calls()
+    ran = person.lmd("selectit", data, "-o", out, "--no-progress")
+    assert ran.returncode == 0, ran.stderr
+    only_loopback(calls.read())
+    made = calls.chats()
+    assert made and all(c["status"] == 200 for c in made)
+    assert all(c["body"].get("logprobs") for c in made)
+    scores = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(scores) == 3 and all(math.isfinite(s["score"]) for s in scores), scores
+    again = person.calls()
+    assert person.lmd("selectit", data, "-o", out, "--no-progress").returncode == 0
+    assert again.chats() == []  # resumed: every record was scored
+
+
+@journey(both="issue 36 items 1, 12: no sample ships; lmd elo answer asks api.openai.com")
+def test_elo_answer_judge_and_leaderboard_on_the_shipped_sample(person):
+    """The Elo arena's first flow on (two questions of) the shipped questions: two
+    "models" (the embedded one, and the same with a terse system prompt) answer, the pairs
+    are arranged, judged and rated; every answer and verdict comes from the embedded model."""
+    questions = shipped("*questions*.csv").read_text().splitlines()[:3]  # header + 2
+    work = person.base / "work" / "elo"
+    q = person.write(work / "questions.csv", "\n".join(questions) + "\n")
+    calls = person.calls()
+    for model, extra in (("smollm2", []), ("smollm2-terse", ["--system", "Answer in 5 words."])):
+        ran = person.lmd("elo", "answer", q, "-m", model, "-o", work / "qa.csv", *extra)
+        assert ran.returncode == 0, ran.stderr
+    qa = list(csv.DictReader((work / "qa.csv").open()))
+    assert len(qa) == 2 and all(r["smollm2"] and r["smollm2-terse"] for r in qa), qa
+    ran = person.lmd("elo", "arrange", work / "qa.csv", "-o", work / "battles.csv")
+    assert ran.returncode == 0, ran.stderr
+    ran = person.lmd("elo", "judge", work / "battles.csv", "--qa", work / "qa.csv",
+                     "-o", work / "judged.csv", "--one-order")  # fmt: skip
+    only_loopback(calls.read())
+    judged = list(csv.DictReader((work / "judged.csv").open()))
+    assert len(judged) == 2, (ran, judged)
+    winners = {"model_a", "model_b", "tie", "tie (bothbad)"}
+    assert all(r["winner"] in winners for r in judged), judged
+    if ran.returncode != 0:  # verdicts the judge could not give: counted in one sentence
+        invalid = [r for r in judged if r["is_valid"] not in ("True", "true", "1")]
+        assert invalid and re.search(rf"\b{len(invalid)}\b", ran.stderr), ran.stderr
+    ran = person.lmd("elo", "leaderboard", work / "judged.csv")
+    assert ran.returncode == 0 or ran.stderr.strip().count("\n") == 0, ran
+    assert len(calls.chats()) == 4 + 2  # four answers, two verdicts
