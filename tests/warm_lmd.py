@@ -207,11 +207,18 @@ class WarmLmd:
     child_setup = "pass"
 
     def __init__(
-        self, directory: Path, env: dict[str, str], preload: str = PRELOAD_COMMANDS
+        self,
+        directory: Path,
+        env: dict[str, str],
+        preload: str = PRELOAD_COMMANDS,
+        python: list[str] | None = None,
     ) -> None:
+        """`python`: how the warm process's interpreter starts (default this one; another
+        user's runs it through setpriv: its last word is the interpreter the client runs)."""
         self.directory = directory
         self.env = env
         self.preload = preload
+        self.python = python or [sys.executable]
         self.bin = directory / "bin"
         self.socket_path = directory / "lmd.sock"
         self.proc: subprocess.Popen | None = None
@@ -220,13 +227,13 @@ class WarmLmd:
         self.bin.mkdir(parents=True, exist_ok=True)
         client = self.client = self.bin / self.client_name
         client.write_text(
-            f"#!{sys.executable} -S\n"
+            f"#!{self.python[-1]} -S\n"
             + self.client_source.format(socket_path=str(self.socket_path))
         )
         client.chmod(0o755)
         self.socket_path.unlink(missing_ok=True)  # a warm process stopped before this one
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", self.server_source(), str(self.socket_path)],
+            [*self.python, "-c", self.server_source(), str(self.socket_path)],
             env=self.env,
             cwd=ROOT,
             stdin=subprocess.PIPE,  # never written: its end tells the warm process to end

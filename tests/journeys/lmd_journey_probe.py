@@ -6,11 +6,12 @@ LMD_JOURNEY_RECORD names a file. It wraps httpx2's transports (every request lmd
 clients send goes through one), so it sees any model server on any address:
 
 - **records** each request to a completions route, as JSON lines in $LMD_JOURNEY_RECORD:
-  `{"event": "request", "id", "pid", "url", "body", "probe", "rule", "steered"}` (`probe`:
-  lmd's capability probe asked it), `{"event": "first_byte", "id"}` when the answer starts,
-  and `{"event": "end", "id", "status", "complete", "content", "finish_reason", "usage"}`
-  when lmd closed the answer (`complete`: read to its end), or `{"event": "error", "id",
-  "error"}` when it never came (no server there, no network);
+  `{"event": "request", "id", "pid", "url", "uds", "body", "probe", "rule", "steered"}`
+  (`uds`: the Unix socket it went to, if any; `probe`: lmd's capability probe asked it),
+  `{"event": "first_byte", "id"}` when the answer starts, and `{"event": "end", "id",
+  "status", "complete", "content", "finish_reason", "usage"}` when lmd closed the answer
+  (`complete`: read to its end), or `{"event": "error", "id", "error"}` when it never came
+  (no server there, no network);
 - **narrows** a request when $LMD_JOURNEY_STEER names a JSON file of rules
   `[{"when": TEXT, "content": OBJECT, "text": STRING, "call": {"name", "arguments"}}]`: a
   chat request whose last message holds TEXT gets its output held to one answer, in the
@@ -196,8 +197,9 @@ async def _handle(self, request):
             )  # fmt: skip
             body, steered = narrowed, True
     probe = "x-lmd-probe" in request.headers  # lmd's capability probe (its own header)
-    _record(event="request", id=rid, url=str(request.url), body=body, probe=probe, rule=rule,
-            steered=steered)  # fmt: skip
+    uds = getattr(getattr(self, "_pool", None), "_uds", None)  # a server on a Unix socket
+    _record(event="request", id=rid, url=str(request.url), uds=uds, body=body, probe=probe,
+            rule=rule, steered=steered)  # fmt: skip
     try:
         response = await _original(self, request)
     except BaseException as e:

@@ -25,8 +25,7 @@ SCORE = re.compile(r"(10|[0-9])")
 def shipped(pattern: str):
     """A sample file of the examples/ folder (issue 36 item 12: the docs' examples use them)."""
     found = sorted((ROOT / "examples").glob(pattern))
-    if not found:
-        pytest.fail(f"no examples/{pattern} ships with lmd")
+    assert found, f"no examples/{pattern} ships with lmd"
     return found[0]
 
 

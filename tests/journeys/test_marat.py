@@ -10,7 +10,7 @@ import pytest
 
 from tests.daemons import ROOT, as_user_argv
 
-from .conftest import CHEAP, journey, marat_step, messages_text, steered
+from .conftest import journey, marat_step, messages_text, steered
 
 pytestmark = pytest.mark.slow  # the journeys tier: real daemons on the embedded model
 
@@ -192,20 +192,23 @@ def test_spoken_answers_to_a_question(person):
 
 
 @journey(root="issue 36 item 11: as root, a private TMPDIR leaves lmd without a sandbox")
-def test_a_private_tmpdir_keeps_the_sandbox(newcomer):
-    """A TMPDIR of one's own (mode 0700, as pam_tmpdir or systemd give): read-only commands
-    still run at once in the sandbox, as root too, where sandboxed commands run as nobody."""
-    p = newcomer
-    p.tmp.chmod(0o700)
-    p.configure(**CHEAP)
-    proj = p.mkdir("private-tmp")
-    p.write(proj / "notes.txt", "buy milk\n")
-    d = p.start_daemon()
+def test_a_private_tmpdir_keeps_the_sandbox(person):
+    """The daemon restarted with a TMPDIR of one's own (mode 0700, as pam_tmpdir or systemd
+    give): read-only commands still run at once in the sandbox, as root too (where sandboxed
+    commands run as nobody)."""
+    private = person.base / "private-tmp"
+    private.mkdir(mode=0o700)
+    person.own(private)
+    proj = person.mkdir("private-tmp")
+    person.write(proj / "notes.txt", "buy milk\n")
+    person.stop_daemon()
     try:
+        d = person.start_daemon(TMPDIR=str(private))
         assert "lmd sandbox: no sandbox" not in d.output(), d.output()
-        p.steer(("list the files", marat_step("bash", "ls")), DONE)
-        said = p.say("marat list the files", p.session("tmp"), cwd=proj)
+        person.steer(("list the files", marat_step("bash", "ls")), DONE)
+        said = person.say("marat list the files", person.session("tmp"), cwd=proj)
         assert said["pending"] is None, said["reply"]
         assert [c["sandbox"] for c in said["commands"]] == ["read-only"], said
     finally:
-        p.stop_daemon()
+        person.stop_daemon()
+        person.start_daemon()
