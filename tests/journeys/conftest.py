@@ -73,6 +73,8 @@ def journey(root: str | None = None, user: str | None = None, both: str | None =
     """Run a journey as root and as an ordinary user (the `who` its `person` or `newcomer`
     is); a reason marks that run a strict xfail: "issue 36 item 1: lmd score ignores the
     embedded model"."""
+    if os.geteuid() != 0:
+        root = None  # "root" is then the tests' own user: root's own failures do not apply
     root, user = root or both, user or both
     params = [
         pytest.param(who, marks=[_known(why)] if why else [])
