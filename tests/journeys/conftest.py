@@ -285,6 +285,7 @@ class Person:
         self.base.chmod(0o755)  # as root, sandboxed commands (user nobody) enter projects here
         self.home = self.base / "home"
         self.home.mkdir(mode=0o700)
+        (self.home / ".gitconfig").write_text("[user]\n\tname = Journey\n\temail = j@example.com\n")
         self.lmd_home = self.home / ".local" / "share" / "lmd"
         # Their TMPDIR, open to others as /tmp is (as root, sandboxed commands run as nobody
         # and enter it: a private one is a journey of its own, in test_marat.py).
@@ -437,9 +438,8 @@ class Person:
             (repo / rel).parent.mkdir(parents=True, exist_ok=True)
             (repo / rel).write_text(text)
         self.own(repo)
-        git = ["git", "-c", "user.name=Journey", "-c", "user.email=j@example.com"]
         for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "Start"]):
-            ran = self.run([*git, *args], cwd=repo)  # as them: git trusts only its owner
+            ran = self.run(["git", *args], cwd=repo)  # as them: git trusts only its owner
             assert ran.returncode == 0, ran
         return repo
 

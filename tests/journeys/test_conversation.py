@@ -205,7 +205,7 @@ def test_an_editor_hears_the_servers_usage(person):
 def test_ctrl_c_mid_answer_then_the_next_turn(person):
     """Ctrl-C on `lmd say` while the model is answering: the daemon stops asking the model
     (it closes the answer's stream), keeps what was said marked as cut, and the next turn in
-    the same session is answered."""
+    the same session is answered; Ctrl-C while the model still reads the prompt likewise."""
     s = person.session("ctrl-c")
     assert person.lmd("settings", "set", "reply_max_tokens", "200").returncode == 0
     try:
@@ -223,6 +223,14 @@ def test_ctrl_c_mid_answer_then_the_next_turn(person):
         rows = person.prompts(s)
         assert [r["role"] for r in rows] == ["user", "assistant", "user", "assistant"], rows
         assert rows[1]["status"] in ("cut", "partial"), dict(rows[1])
+        # Ctrl-C before the answer began (the model still reading the prompt): the same
+        again = person.calls()
+        say = person.popen_lmd("say", "-s", s, STORY)
+        assert wait_for(lambda: again.chats(), 120), say.poll()
+        say.send_signal(signal.SIGINT)
+        say.communicate(timeout=60)
+        assert wait_for(lambda: again.chats()[0]["ended"], 30), "the answer's stream stays open"
+        assert not again.chats()[0]["complete"], "lmd read the whole answer after Ctrl-C"
     finally:
         assert person.lmd("settings", "set", "reply_max_tokens", "48").returncode == 0
 

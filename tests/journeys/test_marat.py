@@ -57,6 +57,30 @@ def test_a_rule_made_by_voice_then_the_next_command(person):
         assert mine == [] and said["reply"].startswith("I am about to run: mkdir dist.")
 
 
+@journey(both="issue 37 item 2: a rule made from `git -C . commit` covers git clean")
+def test_a_git_commit_rule_then_git_clean(person):
+    """ "yes, always here" to `git -C . commit` makes a rule for git commit (the effective
+    program and subcommand, past git's global options), not for all of git: the model's next
+    `git -C . clean -fdx` is asked about, and the user's untracked file survives a no."""
+    repo = person.git_repo("git-rule", {"a.txt": "a\n"})
+    person.write(repo / "notes.txt", "precious, and not in git\n")
+    s = person.session("git-rule")
+    commit, clean = "git -C . commit --allow-empty -qm wip", "git -C . clean -fdx"
+    person.steer(("commit my work", marat_step("bash", commit)),
+                 ("tidy up", marat_step("bash", clean)), DONE)  # fmt: skip
+    said = person.say("marat commit my work", s, cwd=repo)
+    assert said["pending"]["command"] == commit, said
+    said = person.say("yes, always here", s, cwd=repo)
+    assert said["status"] == 200, said
+    _, listed = person.http("GET", "/rules")
+    assert [r["pattern"] for r in listed["rules"] if r["origin"] == "voice"] == ["git commit"]
+    said = person.say("marat tidy up the folder", s, cwd=repo)
+    assert said["pending"] and said["pending"]["command"] == clean, said
+    said = person.say("no", s, cwd=repo)
+    assert (repo / "notes.txt").read_text() == "precious, and not in git\n"
+    assert [r["command"] for r in audit(person, s)] == [commit]
+
+
 @journey(both="issue 36 item 6: marat asks the user about text that is no command")
 def test_only_commands_are_asked_about(person):
     """The model proposes a sentence, then a file name, as "commands": neither is put to the
