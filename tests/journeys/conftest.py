@@ -136,6 +136,12 @@ class ModelCalls:
 ANSWER_FIELDS = ("status", "complete", "content", "finish_reason", "usage")
 
 
+def one(items: list, what: str = "item"):
+    """The one item of a list, or a failed assertion saying what there was instead."""
+    assert len(items) == 1, f"expected one {what}, found {len(items)}: {items}"
+    return items[0]
+
+
 def messages_text(call: dict) -> str:
     """Every message of a chat request as one text (what the model was shown)."""
     parts = []
@@ -496,12 +502,14 @@ class Person:
     def say(
         self, text: str, session: str, cwd: Path | None = None, headers: dict | None = None
     ) -> dict:
-        """One utterance over /v1 as JSON; the reply's body, with `status` added."""
+        """One utterance over /v1 as JSON: the reply's body, with `status` added (an error's
+        body has its sentence under `error`)."""
         h = {"X-Session": session, **({"X-Cwd": str(cwd)} if cwd else {}), **(headers or {})}
         status, body = self.http("POST", "/v1", text, h)
         if not isinstance(body, dict):
             body = {"error": body}
-        return {**body, "status": status}
+        # an error has no reply: its fields empty, so a journey's checks fail as assertions
+        return {"reply": "", "pending": None, "commands": [], **body, "status": status}
 
     def session(self, name: str) -> str:
         """A session name no other journey uses."""

@@ -9,7 +9,7 @@ import pytest
 
 from tests.daemons import tree_hash
 
-from .conftest import cobol_edit, journey, messages_text, steered
+from .conftest import cobol_edit, journey, messages_text, one, steered
 
 pytestmark = pytest.mark.slow  # the journeys tier: real daemons on the embedded model
 
@@ -30,7 +30,7 @@ def test_cobol_rewrite_then_undo_keeps_the_users_own_edits(person):
     assert said["reply"].startswith("Focused on calc.py"), said
     said = person.say("cobol rewrite function add so that it adds", s, cwd=repo)
     assert said["status"] == 200, said
-    (asked,) = steered(calls.chats())
+    asked = one(steered(calls.chats()), "steered call")
     assert "return a - b" in messages_text(asked)  # the focused code was shown
     assert "calc.py" in said["reply"] and "1 line added, 1 removed" in said["reply"], said
     assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
@@ -73,7 +73,7 @@ def test_the_shell_proposes_and_runs_nothing(person):
         assert ran.stdout == "delete every file here", ran
     else:  # the proposal replaced the line: one printable line, whatever the model wrote
         assert ran.stdout and "\n" not in ran.stdout and ran.stdout.isprintable(), ran
-    (call,) = calls.chats()
+    call = one(calls.chats(), "model call")
     assert "delete every file here" in messages_text(call)
     assert str(proj) in messages_text(call)  # the shell's directory went with it
     assert sorted(p.name for p in proj.iterdir()) == before

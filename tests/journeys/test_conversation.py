@@ -11,7 +11,7 @@ import pytest
 
 from tests.daemons import wait_for
 
-from .conftest import journey, marat_step, messages_text, steered
+from .conftest import journey, marat_step, messages_text, one, steered
 
 pytestmark = pytest.mark.slow  # the journeys tier: real daemons on the embedded model
 
@@ -58,7 +58,7 @@ def test_knob_then_dali_uses_the_new_value(person):
     try:
         said = person.say(STORY, s)
         assert said["status"] == 200, said
-        (call,) = calls.chats()
+        call = one(calls.chats(), "model call")
         assert call["body"]["max_tokens"] == 20
         stored = person.prompts(s)[-1]
         if call["finish_reason"] == "length":  # cut at the limit: said, and kept marked
@@ -120,7 +120,7 @@ def test_history_and_karma_across_modes(person):
     assert [rows[i]["mode"] for i in sorted(rows)][:2] == ["dali", "dali"]
     ran = person.lmd("history", "promote", hello["prompt_ids"]["user"])
     assert ran.returncode == 0, ran
-    (row,) = [r for r in person.prompts(s) if r["id"] == hello["prompt_ids"]["user"]]
+    row = one([r for r in person.prompts(s) if r["id"] == hello["prompt_ids"]["user"]], "row")
     assert row["kind"] == "operative" and row["karma"] == 25000  # operative_karma
     said = person.say("dali and what comes next?", s)
     assert said["status"] == 200
@@ -195,7 +195,7 @@ def test_an_editor_hears_the_servers_usage(person):
     ask = {"model": "lmd-dali", "messages": [{"role": "user", "content": "hello"}]}
     status, body = person.http("POST", "/v1/chat/completions", ask, {"X-Session": s})
     assert status == 200, body
-    (call,) = calls.chats()
+    call = one(calls.chats(), "model call")
     assert call["usage"], "lmd did not get the server's usage (stream_options.include_usage)"
     assert body["usage"]["prompt_tokens"] == call["usage"]["prompt_tokens"]
     assert body["usage"]["completion_tokens"] == call["usage"]["completion_tokens"]
@@ -215,7 +215,7 @@ def test_ctrl_c_mid_answer_then_the_next_turn(person):
         say.send_signal(signal.SIGINT)
         out, err = say.communicate(timeout=60)
         assert say.returncode != 0, (out, err)
-        (first,) = calls.chats()
+        one(calls.chats(), "model call")
         assert wait_for(lambda: calls.chats()[0]["ended"], 30), "the answer's stream stays open"
         assert not calls.chats()[0]["complete"], "lmd read the whole answer after the client left"
         ran = person.lmd("say", "-s", s, "dali now tell me a short one")
@@ -253,7 +253,7 @@ def test_a_restart_mid_session(person):
     assert ran.returncode == 0, ran
     made = calls.read()
     assert not any(c["probe"] for c in made)  # capabilities kept per model file
-    (turn,) = calls.chats()
+    turn = one(calls.chats(), "model call")
     assert "Ada Lovelace" in messages_text(turn)
     folders = [p for p in person.tmp.iterdir() if p.name.startswith("lmd-embedded-")]
     assert len(folders) <= 1, folders  # the old server's folder went with it

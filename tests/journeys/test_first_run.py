@@ -11,7 +11,7 @@ import pytest
 
 from tests.daemons import wait_for
 
-from .conftest import ALIAS, CHEAP, engine_processes, journey
+from .conftest import ALIAS, CHEAP, engine_processes, journey, one
 
 pytestmark = pytest.mark.slow  # the journeys tier: real daemons on the embedded model
 
@@ -93,7 +93,7 @@ def test_fresh_home_doctor_serve_then_first_words(newcomer):
         made = calls.read()
         only_loopback(made)
         assert any(c["probe"] for c in made)  # a fresh home probes the server once
-        (turn,) = calls.chats()
+        turn = one(calls.chats(), "model call")
         assert turn["body"]["model"] == ALIAS and turn["body"]["max_tokens"] == 48
         assert turn["ended"] and turn["status"] == 200
         assert "hello" in turn["body"]["messages"][-1]["content"]

@@ -10,7 +10,7 @@ import pytest
 
 from tests.daemons import ROOT, as_user_argv
 
-from .conftest import journey, marat_step, messages_text, steered
+from .conftest import journey, marat_step, messages_text, one, steered
 
 pytestmark = pytest.mark.slow  # the journeys tier: real daemons on the embedded model
 
@@ -44,10 +44,10 @@ def test_a_rule_made_by_voice_then_the_next_command(person):
     said = person.say("marat make a directory called dist", s, cwd=proj)
     assert len(steered(calls.chats())) >= 3
     if promised:  # a promise is kept
-        (rule,) = mine
+        rule = one(mine, "rule")
         assert rule["pattern"] == "mkdir" and rule["decision"] == "allow", rule
         assert said["pending"] is None, said["reply"]
-        (ran,) = said["commands"]
+        ran = one(said["commands"], "command")
         assert ran["rule"] == rule["id"] and ran["exit_code"] == 0, ran
         assert (proj / "dist").is_dir()
         rows = audit(person, s)
@@ -144,7 +144,7 @@ def test_an_mcp_server_then_a_marat_turn(person):
         said = person.say("yes", s, cwd=proj)
         assert said["status"] == 200, said
         assert log.read_text() == "the release is on friday\n"
-        (row,) = audit(person, s)
+        row = one(audit(person, s), "row")
         assert row["command"].startswith("mcp:notes:write_note") and row["approval"] == "user"
         assert person.say("dali hello", person.session("mcp"))["status"] == 200
         ran = person.lmd("doctor")
@@ -163,7 +163,9 @@ def test_rule_ids_are_never_reused(person):
     ran = person.lmd("rules", "add", "allow", "cat", "--dir", proj, "--sandbox", "read-only")
     assert ran.returncode == 0, ran
     listed = json.loads(person.lmd("rules", "list", "--json").stdout)["rules"]
-    (first,) = [r["id"] for r in listed if r["pattern"] == "cat" and r["origin"] != "built-in"]
+    first = one(
+        [r["id"] for r in listed if r["pattern"] == "cat" and r["origin"] != "built-in"], "rule"
+    )
     person.steer(("read my notes", marat_step("bash", "cat notes.txt")), DONE)
     s = person.session("rule-ids")
     said = person.say("marat read my notes", s, cwd=proj)
@@ -172,9 +174,11 @@ def test_rule_ids_are_never_reused(person):
     ran = person.lmd("rules", "add", "allow", "head", "--dir", proj, "--sandbox", "read-only")
     assert ran.returncode == 0, ran
     listed = json.loads(person.lmd("rules", "list", "--json").stdout)["rules"]
-    (second,) = [r["id"] for r in listed if r["pattern"] == "head" and r["origin"] != "built-in"]
+    second = one(
+        [r["id"] for r in listed if r["pattern"] == "head" and r["origin"] != "built-in"], "rule"
+    )
     assert second != first and first not in {r["id"] for r in listed}
-    (row,) = audit(person, s)
+    row = one(audit(person, s), "row")
     assert row["rule_id"] == first  # still the rule that let it run, which is gone now
     said = person.say("marat what are my rules", s, cwd=proj)
     assert "head" in said["reply"] and "cat" not in said["reply"], said
