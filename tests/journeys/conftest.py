@@ -223,7 +223,8 @@ class JourneyDaemon:
         return [pid for pid in _children(self.pid) if b"llama" in _cmdline(pid)]
 
     def server_log(self) -> str:
-        """What the embedded model server wrote (its stdout and stderr go to a log file)."""
+        """What the embedded model server wrote (its stdout and stderr go to a log file): the
+        engine's own errors at once; Python's buffered lines (access lines) perhaps later."""
         texts = []
         for pid in self.model_servers():
             try:

@@ -106,8 +106,8 @@ def test_fresh_home_doctor_serve_then_first_words(newcomer):
         assert replies == [turn["content"]], (replies, turn["content"])
         ran = p.lmd("doctor")
         assert ran.returncode == 0, ran.stdout + ran.stderr
-        servers = d.model_servers()
-        assert len(servers) == 1
+        one(d.model_servers(), "embedded model server")
+        assert "Traceback" not in d.output()
     finally:
         p.stop_daemon()
     assert wait_for(lambda: not engine_processes(p), 20)

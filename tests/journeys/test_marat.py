@@ -132,6 +132,8 @@ def test_an_mcp_server_then_a_marat_turn(person):
         assert "write_note" in json.dumps(offered["body"]), "the MCP tools were not offered"
         assert "stopped unexpectedly" not in person.daemon.output()
         assert person.daemon.model_servers() == servers  # the same server, never restarted
+        log = person.daemon.server_log()  # (lmd's capability probe leaves tracebacks there)
+        assert "error parsing grammar" not in log, log[-2000:]
         if said["pending"] is not None:
             person.say("no", s, cwd=proj)
         # a tool call, asked about and run on a yes
