@@ -42,6 +42,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon.backends.embedded import BUNDLED_ALIAS
 from tests.daemons import (
     LiveDaemon,
     Ran,
@@ -54,7 +55,7 @@ from tests.daemons import (
 from tests.warm_lmd import PRELOAD_COMMANDS, PRELOAD_SERVE, WarmLmd
 
 HERE = Path(__file__).resolve().parent
-ALIAS = "smollm2-135m-instruct"  # the bundled model's name (daemon.backends.embedded)
+ALIAS = BUNDLED_ALIAS  # the name the embedded model answers to
 # What keeps the tier cheap, set as a user would with `lmd settings set`: a short answer, one
 # thread (llama.cpp's threads spin while they wait for each other), a small context.
 CHEAP = {
@@ -66,7 +67,6 @@ CHEAP = {
     # 36 item 4) crashed three times, each restart some 2 CPU-s
     "llm_max_retries": 0,
 }
-WHO = ("root", "user")
 
 
 def journey(root: str | None = None, user: str | None = None, both: str | None = None):
@@ -101,6 +101,9 @@ def embedded_engine_or_fail() -> None:
         pytest.fail(f"the journeys tier needs the embedded model: {why} (run make test)")
 
 
+ANSWER_FIELDS = ("status", "complete", "content", "finish_reason", "usage")
+
+
 class ModelCalls:
     """What lmd's processes asked the model server, from the probe's record: one dict per
     request, its answer's end merged in."""
@@ -133,13 +136,16 @@ class ModelCalls:
         return [c for c in self.read() if not c.get("probe")]
 
 
-ANSWER_FIELDS = ("status", "complete", "content", "finish_reason", "usage")
-
-
 def one(items: list, what: str = "item"):
     """The one item of a list, or a failed assertion saying what there was instead."""
     assert len(items) == 1, f"expected one {what}, found {len(items)}: {items}"
     return items[0]
+
+
+def said_first(stored: str, call: dict) -> bool:
+    """Whether a stored reply begins with what the model wrote (lmd may add a sentence after
+    it, as for an answer cut at the length limit)."""
+    return stored.strip().startswith(call["content"].strip()[:40])
 
 
 def messages_text(call: dict) -> str:

@@ -11,7 +11,7 @@ import pytest
 
 from tests.daemons import wait_for
 
-from .conftest import journey, marat_step, messages_text, one, steered
+from .conftest import journey, marat_step, messages_text, one, said_first, steered
 
 pytestmark = pytest.mark.slow  # the journeys tier: real daemons on the embedded model
 
@@ -66,7 +66,7 @@ def test_knob_then_dali_uses_the_new_value(person):
             assert stored["status"] == "cut"
         else:
             assert stored["status"] == "ok"
-        assert stored["content"].startswith(call["content"].strip()[:20])
+        assert said_first(stored["content"], call)
     finally:
         said = person.say("knob set reply max tokens to forty eight", s)
         assert said["setting"] == {"name": "reply_max_tokens", "value": 48}, said
@@ -180,10 +180,8 @@ def test_a_voice_client_and_an_editor_at_once(person):
         assert [r["role"] for r in rows] == ["user", "assistant"], rows
         words = rows[0]["content"]
         assert ("sea" in words) == sea and ("hills" in words) == (not sea)
-        assert rows[1]["content"].startswith(by_words[sea]["content"].strip()[:20])
-    assert body["choices"][0]["message"]["content"].startswith(
-        by_words[False]["content"].strip()[:20]
-    )
+        assert said_first(rows[1]["content"], by_words[sea])
+    assert said_first(body["choices"][0]["message"]["content"], by_words[False])
 
 
 @journey(both="issue 36 item 13: /v1/chat/completions reports lmd's own count as usage")
