@@ -7,7 +7,9 @@ started both model servers (seconds of CPU each, on a CPU-bound run), and one wo
 the tier's prompts in a row reuses their common prefixes.
 
 The journeys tier (tests/journeys/: its daemons on the embedded model, one per Unix user,
-started once and shared by the tier's files) goes to one worker as a third unit.
+started once and shared by the tier's files) is two more units: its runs as root, and its
+runs as the ordinary user, each on one worker (the two share nothing, so they run side by
+side).
 
 The local-model files (those that import torch or transformers into the worker, through
 `pytest.importorskip`) go to one worker as another unit: each worker that imports them and
@@ -68,12 +70,12 @@ def uses_local_model(path: Path) -> bool:
 
 class Scheduling(LoadFileScheduling):
     """loadfile, with the real-model tier as one unit, the local-model files as another and
-    the journeys tier as a third."""
+    the journeys tier as two (root's runs, the ordinary user's)."""
 
     def _split_scope(self, nodeid: str) -> str:
         path = super()._split_scope(nodeid)
         if path.startswith("tests/journeys/"):
-            return JOURNEYS
+            return f"{JOURNEYS} as {'the user' if nodeid.endswith('[user]') else 'root'}"
         if uses_real_model(self.config.rootpath / path):
             return REAL_MODEL_TIER
         return LOCAL_MODEL_FILES if uses_local_model(self.config.rootpath / path) else path

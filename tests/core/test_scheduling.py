@@ -103,11 +103,15 @@ def test_a_daemon_is_forked_warm_only_for_the_interpreter_it_would_be(tmp_path: 
         assert not warm.forkable(env), env
 
 
-def test_the_journeys_tier_is_one_unit():
-    """Its files share two daemons on the embedded model: one worker starts them once."""
+def test_the_journeys_tier_is_a_unit_per_user():
+    """Its files share a daemon on the embedded model per Unix user: one worker starts
+    root's once, another the ordinary user's."""
     scheduling = Scheduling.__new__(Scheduling)  # only the scope rule, no xdist session
     scheduling.config = type("Config", (), {"rootpath": ROOT})()
     scope = scheduling._split_scope
-    assert scope("tests/journeys/test_marat.py::test_x[root]") == JOURNEYS
-    assert scope("tests/journeys/test_code.py::test_y[user]") == JOURNEYS
+    root = scope("tests/journeys/test_marat.py::test_x[root]")
+    assert root == scope("tests/journeys/test_code.py::test_y[root]") and JOURNEYS in root
+    user = scope("tests/journeys/test_code.py::test_y[user]")
+    assert user == scope("tests/journeys/test_marat.py::test_x[user]") and JOURNEYS in user
+    assert root != user
     assert scope("tests/core/test_app.py::test_z") == "tests/core/test_app.py"

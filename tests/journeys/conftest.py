@@ -16,8 +16,9 @@ the one answer (`Person.steer`): the model server still writes every byte lmd re
 Cost: one daemon per user for the whole tier (its own embedded model server, probed once),
 each journey in sessions and directories of its own; a journey that needs a fresh home or
 other settings starts what it needs. Replies are short (`reply_max_tokens`), the model runs
-on one thread (`embedded_threads`) with a 2,048-token context. `make test` gives the tier's
-files to one worker as one unit (tests/scheduling.py), so the two daemons start once.
+on one thread (`embedded_threads`) with a 2,048-token context. `make test` gives root's runs
+to one worker and the ordinary user's to another (tests/scheduling.py): each daemon starts
+once, and the two halves run side by side.
 
 A journey that fails today because of an open issue is marked
 `xfail(strict=True, reason="issue N item M: what")` (`journey(root=..., user=...)`): it
