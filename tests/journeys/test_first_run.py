@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.daemons import wait_for
+from tests.daemons import free_port, wait_for
 
 from .conftest import ALIAS, CHEAP, engine_processes, journey, one, said_first
 
@@ -111,3 +111,31 @@ def test_fresh_home_doctor_serve_then_first_words(newcomer):
     finally:
         p.stop_daemon()
     assert wait_for(lambda: not engine_processes(p), 20)
+
+
+@journey()
+def test_a_home_lmd_cannot_make(newcomer):
+    """LMD_HOME names a place lmd cannot make its home (a name under a file, a folder of
+    another user): every command, the daemon too, says so in one sentence naming the place
+    and what to do, and exits; no traceback."""
+    p = newcomer
+    notes = p.write(p.base / "notes.txt", "my notes\n")
+    places = [notes / "lmd"]
+    if p.unix is not None:  # root may write anywhere; an ordinary user not in root's folder
+        theirs = p.base / "roots"
+        theirs.mkdir(mode=0o755)  # root's
+        places.append(theirs / "lmd")
+    for place in places:
+        env = {"LMD_HOME": str(place)}
+        for args in (
+            ["settings", "set", "reply_max_tokens", "48"],
+            ["score", "The invoice is for a laptop.", "Is this about a computer?"],
+            ["history"],
+            ["serve", "--bind", f"127.0.0.1:{free_port()}"],
+        ):
+            ran = p.lmd(*args, env=env, timeout=60)
+            said = ran.stderr.strip().splitlines()
+            assert ran.returncode != 0 and ran.stdout == "", (args, ran)
+            assert "Traceback" not in ran.stderr and said, (args, ran)
+            assert str(place) in said[-1] and "LMD_HOME" in said[-1], (args, ran)
+        assert not place.exists()
