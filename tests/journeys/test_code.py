@@ -54,11 +54,14 @@ def test_cobol_rewrite_then_undo_keeps_the_users_own_edits(person):
 @journey()
 def test_the_shell_proposes_and_runs_nothing(person):
     """The shell integration as a user loads it (`eval "$(lmd shell-init bash)"`): its
-    Alt-m function sends the command line to lmd and puts one proposed line back, from the
-    embedded model; nothing runs, nothing enters marat's audit, the project is untouched."""
+    Alt-m function sends the command line to lmd and puts the model's proposal back on it,
+    with the escape sequence the model slipped in removed (a window title, here); nothing
+    runs, nothing enters marat's audit, the project is untouched."""
     proj = person.mkdir("shell")
     person.write(proj / "notes.txt", "buy milk\n")
     before = sorted(p.name for p in proj.iterdir())
+    fence = "`" * 3
+    person.steer(("delete every", {"text": f"{fence}bash\nrm -i ./*\x1b]0;owned\x07\n{fence}"}))
     calls = person.calls()
     script = (
         'eval "$(lmd shell-init bash)"\n'
@@ -67,13 +70,9 @@ def test_the_shell_proposes_and_runs_nothing(person):
         'printf "%s" "$READLINE_LINE"\n'
     )
     ran = person.run(["bash", "-c", script], cwd=proj)
-    assert ran.returncode == 0, ran
-    if ran.stderr:  # no proposal: one sentence, and the line stays as it was
-        assert len(ran.stderr.strip().splitlines()) == 1, ran
-        assert ran.stdout == "delete every file here", ran
-    else:  # the proposal replaced the line: one printable line, whatever the model wrote
-        assert ran.stdout and "\n" not in ran.stdout and ran.stdout.isprintable(), ran
-    call = one(calls.chats(), "model call")
+    assert ran.returncode == 0 and ran.stderr == "", ran
+    assert ran.stdout == "rm -i ./*", ran  # on the line, to edit or run: not run
+    call = one(steered(calls.chats()), "steered call")
     assert "delete every file here" in messages_text(call)
     assert str(proj) in messages_text(call)  # the shell's directory went with it
     assert sorted(p.name for p in proj.iterdir()) == before
