@@ -623,3 +623,27 @@ def test_cgroups_of_dead_daemons_are_removed(tmp_path):
     (tmp_path / "other").mkdir()
     cgroups._remove_orphans(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, young.name, "other"])
+
+
+def test_scratch_folders_go_where_the_unprivileged_user_may_pass(tmp_path, monkeypatch):
+    """As root, sandboxed commands (and the sandbox's own probe) run as nobody: a private
+    TMPDIR (0700) would shut it out of lmd's scratch folders, so they go to /tmp instead."""
+    from daemon.execution.sandbox import detection
+
+    private = tmp_path / "private-tmp"
+    private.mkdir(mode=0o700)
+    monkeypatch.setenv("TMPDIR", str(private))
+    monkeypatch.setattr(detection.tempfile, "tempdir", None)  # read TMPDIR again
+    try:
+        if os.geteuid() != 0:
+            assert detection.scratch_parent() is None  # the user's own TMPDIR is fine
+        else:
+            assert detection.scratch_parent() == "/tmp"
+            private.chmod(0o711)
+            opened = [p for p in (private, *private.parents) if p != Path("/")]
+            for p in opened:
+                p.chmod(p.stat().st_mode | 0o001)
+            assert detection.scratch_parent() == str(private)
+    finally:
+        monkeypatch.undo()
+        detection.tempfile.tempdir = None
