@@ -28,6 +28,7 @@ _GROUPS: dict[str, dict[str, str]] = {
     "Errors": {
         "LmdError": "daemon.errors",
         "BackendError": "daemon.errors",
+        "AnswerCut": "daemon.errors",
         "SettingError": "daemon.settings",
         "ClientError": "daemon.client",
     },
@@ -125,6 +126,7 @@ _GROUPS: dict[str, dict[str, str]] = {
         "stored_cache": "daemon.backends.capabilities",
         "action_protocol": "daemon.backends.protocols",
         "choose_backend": "daemon.backends.choice",
+        "batch_concurrency": "daemon.backends.concurrency",
     },
     # Approvals and MCP tools: who may say yes, and the MCP servers the user configured.
     "Approvals and MCP": {
@@ -166,6 +168,7 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "Daemon",
     "LmdError",
     "BackendError",
+    "AnswerCut",
     "SettingError",
     "ClientError",
     "Settings",
@@ -236,6 +239,7 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "stored_cache",
     "action_protocol",
     "choose_backend",
+    "batch_concurrency",
     "approval_allowed",
     "approval_fingerprint",
     "mcp_hub",
@@ -288,12 +292,13 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.backends import tokens
     from daemon.backends.capabilities import Capabilities, stored_cache
     from daemon.backends.choice import choose_backend
+    from daemon.backends.concurrency import batch_concurrency
     from daemon.backends.llm import LLM, NO_KEY, api_key, base_url, endpoint_from, shown_url
     from daemon.backends.protocols import action_protocol
     from daemon.cli import add_history_listing, fail, home_option, open_daemon_state
     from daemon.client import ClientError, daemon_url, request
     from daemon.core import Daemon, Registry, check_setting, collect
-    from daemon.errors import BackendError, LmdError
+    from daemon.errors import AnswerCut, BackendError, LmdError
     from daemon.execution import sandbox
     from daemon.execution.bash import SimpleCommand, Unmodelled, join_continuations, simple_commands
     from daemon.execution.protected import hooks_path, protected_in, why_protected

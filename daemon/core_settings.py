@@ -239,7 +239,7 @@ CORE_SETTINGS = [
         "embedded_context",
         8192,
         "int",
-        "Context size in tokens of the embedded model.",
+        "Context size in tokens of each conversation with the embedded model (each slot's).",
         min=256,
         max=1048576,
     ),
@@ -250,6 +250,15 @@ CORE_SETTINGS = [
         "CPU threads of the embedded model; 0 lets llama.cpp choose.",
         min=0,
         max=1024,
+    ),
+    Setting(
+        "embedded_slots",
+        0,
+        "int",
+        "Requests the embedded model answers at once (parallel slots, each holding "
+        "embedded_context tokens); 0 sizes them to the machine.",
+        min=0,
+        max=64,
     ),
     Setting(
         "action_protocol",
@@ -268,6 +277,15 @@ CORE_SETTINGS = [
         "What the backend can do, overriding the probe (lmd backend), like "
         '{"tools": false, "json_schema": true}; {} trusts the probe.',
         check=_check_capabilities,
+    ),
+    Setting(
+        "batch_concurrency",
+        0,
+        "int",
+        "Requests a batch job (LM_SCORE, SelectIT, the arena) keeps in flight at once; 0 "
+        "learns it from the backend (the embedded model's slots).",
+        min=0,
+        max=256,
     ),
     Setting("system", "Ubuntu 22.04", "str", "The OS bash commands are written for."),
     Setting(
