@@ -1,10 +1,10 @@
 """How `make test` hands test files to its xdist workers: pytest-xdist's `--dist loadfile`
 (a file's tests on one worker, files with the most tests first), with two changes.
 
-The real-model tier's files (those with a test or fixture that takes the `real_model` or
-`small_model` fixture) go to one worker as one unit: every worker that ran one of them
-started both model servers (seconds of CPU each, on a CPU-bound run), and one worker reading
-the tier's prompts in a row reuses their common prefixes.
+The real-model tier's files (those with a test or fixture that takes the `real_model`,
+`small_model` or `python_server` fixture) go to one worker as one unit: every worker that ran
+one of them started the model servers (seconds of CPU each, on a CPU-bound run), and one
+worker reading the tier's prompts in a row reuses their common prefixes.
 
 The local-model files (those that import torch or transformers into the worker, through
 `pytest.importorskip`) go to one worker as another unit: each worker that imports them and
@@ -21,7 +21,7 @@ from pathlib import Path
 from xdist.scheduler import LoadFileScheduling
 
 REAL_MODEL_TIER = "the real-model tier"
-MODEL_FIXTURES = {"real_model", "small_model"}
+MODEL_FIXTURES = {"real_model", "small_model", "python_server"}
 LOCAL_MODEL_FILES = "the local-model files"
 LOCAL_MODEL_MODULES = {"torch", "transformers"}
 

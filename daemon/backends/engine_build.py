@@ -113,10 +113,11 @@ def installed_wheel() -> Wheel | None:
         dist = distribution(DISTRIBUTION)
     except PackageNotFoundError:
         return None
-    for f in dist.files or ():
-        if f.name.startswith("libllama.so"):
-            return Wheel(dist.version, Path(str(dist.locate_file(f))).parent)
-    return None
+    found = [Path(str(dist.locate_file(f))) for f in dist.files or ()
+             if f.name.startswith("libllama.so")]  # fmt: skip
+    # the libraries its Python package loads (the wheel has a copy in site-packages/lib too)
+    found.sort(key=lambda p: p.parent.parts[-2:] != ("llama_cpp", "lib"))
+    return Wheel(dist.version, found[0].parent) if found else None
 
 
 def install_dir(prefix: str | None = None) -> Path:
