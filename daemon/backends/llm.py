@@ -172,6 +172,7 @@ class LLM:
         n = kwargs.get("n")
         if isinstance(n, int) and 0 < self.max_n < n:
             return await self._complete_split(messages, kwargs, n)
+        kwargs = with_schema_room(kwargs)
         kwargs.setdefault("model", self.model)
         messages = alternate_roles(messages)
         started = time.monotonic()
@@ -344,8 +345,7 @@ class LLM:
             if finish is None:
                 # The connection closed mid-answer: say so rather than pass a cut reply as whole.
                 raise AnswerCut(
-                    "The language model's answer was cut off before it finished; what it said "
-                    "so far is kept. Try again.",
+                    "The language model's answer was cut off before it finished; try again.",
                     said="".join(said),
                 )
             prompt = sum(tokens.count(str(m.get("content") or ""), self.model) + 4
@@ -358,8 +358,8 @@ class LLM:
             if said:
                 raise AnswerCut(
                     f"The language model's answer was cut off after {_seconds(self.timeout)} "
-                    f"(llm_timeout_secs); what it said so far is kept. Say go on for more, or "
-                    "raise llm_timeout_secs.",
+                    f"(llm_timeout_secs is {self.timeout:g}); try again, or raise "
+                    "llm_timeout_secs.",
                     said="".join(said),
                     status=504,
                 ) from e
@@ -507,6 +507,40 @@ class LLM:
             f"The language model sent something I could not read ({type(e).__name__}); try again.",
             detail=str(e)[:300],
         )
+
+
+def with_schema_room(kwargs: dict) -> dict:
+    """`kwargs` with max_tokens raised by what a JSON schema's own structure may cost.
+
+    A grammar lets the model put whitespace between tokens (llama.cpp's: newlines and up to 20
+    spaces of indentation) and hold it to the schema's keys and punctuation, which it often
+    writes a character a token: `{"score": 0}` took 20 tokens on llama-server, LM_SCORE gave
+    16 and got `{ "score"`. The budget a caller sets is for the values; the structure gets its
+    own room on top (a model stops at the object's end, so a larger cap costs nothing)."""
+    fmt = kwargs.get("response_format")
+    limit = kwargs.get("max_tokens")
+    if not isinstance(fmt, dict) or not isinstance(limit, int) or limit <= 0:
+        return kwargs
+    schema = fmt.get("schema") or (fmt.get("json_schema") or {}).get("schema")
+    if not isinstance(schema, dict):
+        return kwargs
+    return {**kwargs, "max_tokens": limit + _structure_tokens(schema)}
+
+
+def _structure_tokens(schema: Any, depth: int = 0) -> int:
+    """Tokens a schema's keys, braces and whitespace may take, at a character a token."""
+    if not isinstance(schema, dict) or depth > 32:
+        return 0
+    room = 0
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        room += 8  # braces, and the whitespace around them
+        for name, sub in properties.items():
+            room += len(str(name)) + 12 + _structure_tokens(sub, depth + 1)
+    items = schema.get("items")
+    if isinstance(items, dict):
+        room += 4 + _structure_tokens(items, depth + 1)
+    return room
 
 
 def shown_url(url: str) -> str:

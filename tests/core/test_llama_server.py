@@ -248,3 +248,25 @@ def test_both_servers_give_lmd_the_same_logprob_shape(real_model, python_server)
     for server in (real_model, python_server):
         first = run_llm(server, go)
         assert len(first.top_logprobs) == 20 and first.token == first.top_logprobs[0].token
+
+
+def test_a_small_schema_budget_gets_room_for_the_structure(real_model):
+    """LM_SCORE's 16 tokens ended at `{ "score"` on llama-server: the grammar's whitespace and
+    the keys written a character a token took them. lmd's client adds the structure's own room
+    to a schema answer's budget, so the object closes."""
+    schema = {"type": "object", "properties": {"score": {"type": "integer", "minimum": 0,
+              "maximum": 10}}, "required": ["score"]}  # fmt: skip
+    fmt = {"type": "json_schema", "json_schema": {"name": "lm_score", "schema": schema}}
+    asked = [{"role": "user", "content": "Is the sky blue? Rate it from 0 to 10."}]
+    raw = post(real_model, "/chat/completions", {"messages": asked, "max_tokens": 16,
+                                                 "response_format": fmt})  # fmt: skip
+    short = raw["choices"][0]
+
+    async def go(llm):
+        return await llm.complete(asked, max_tokens=16, response_format=fmt, temperature=0)
+
+    choice = run_llm(real_model, go).choices[0]
+    assert choice.finish_reason == "stop"
+    assert isinstance(json.loads(choice.message.content)["score"], int)
+    # without the room, the same request is cut (the case the room is for)
+    assert short["finish_reason"] == "length" or json.loads(short["message"]["content"])
