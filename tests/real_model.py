@@ -94,8 +94,10 @@ class PythonServer:
         if b"--config_file" in self.program and b"sys.argv[2]" in self.program:
             argv = [argv[0], argv[1], "--config_file", argv[2], str(os.getpid())]
         log = open(folder / "server.log", "wb")  # noqa: SIM115 - the process keeps it
+        # OpenMP's threads sleep while they wait, as the embedded engine's do
+        env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)  # fmt: skip
+                                     stdin=subprocess.DEVNULL, env=env)  # fmt: skip
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

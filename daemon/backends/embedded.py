@@ -133,8 +133,13 @@ def clean_environment() -> dict[str, str]:
     """The server's environment: only what a program needs to run. llama-server reads its
     options from variables too (LLAMA_ARG_TOOLS=all would let the model run shell commands;
     AIP_HTTP_PORT moves its port), so none of the daemon's reach it."""
-    keep = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ")
-    return {k: os.environ[k] for k in keep if k in os.environ}
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ", "OMP_WAIT_POLICY")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    # llama.cpp's CPU threads are OpenMP's, which spin while they wait for each other: on a
+    # machine doing other work too, two spinning threads took 0.4-6 s a turn of two
+    # conversations taking turns, against 0.19-0.2 s sleeping (benchmarks/bench_embedded.py)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return env
 
 
 # Each server's private folder (its key, socket and log) holds a lock file whose lock the
