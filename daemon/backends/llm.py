@@ -117,6 +117,8 @@ class LLM:
         self._stream_usage = True  # ask streams for the server's usage (until one refuses)
         self.max_n = 0  # choices the server gives in one request (its slots); 0: no limit known
         self.prefill_echo = False  # its answers to a prefill repeat it (llama.cpp's server)
+        # a schema answer's structure gets its own room in max_tokens (llama.cpp's grammar)
+        self.schema_room = False
 
     @property
     def context_window(self) -> int | None:
@@ -143,6 +145,7 @@ class LLM:
             self.context_window = caps.context_window
         self.max_n = caps.max_n
         self.prefill_echo = caps.prefill_echo
+        self.schema_room = caps.slots > 0  # a llama.cpp server (it said its slots)
         if caps.tokenize and caps.tokenize_path and not self._counting:
             self._counting = True
             tokens.use_server(
@@ -172,7 +175,8 @@ class LLM:
         n = kwargs.get("n")
         if isinstance(n, int) and 0 < self.max_n < n:
             return await self._complete_split(messages, kwargs, n)
-        kwargs = with_schema_room(kwargs)
+        if self.schema_room:
+            kwargs = with_schema_room(kwargs)
         kwargs.setdefault("model", self.model)
         messages = alternate_roles(messages)
         started = time.monotonic()
@@ -187,10 +191,17 @@ class LLM:
                 if most and isinstance(n, int) and n > most:
                     self.max_n = most  # llama.cpp: no more choices than slots
                     return await self._complete_split(messages, kwargs, n)
-                shorter = self._shortened(messages, e)
-                if shorter is None:
-                    raise
-                response = await self._within_deadline(self._create(shorter, kwargs), started)
+                plain = _without_prefill_under_grammar(messages, kwargs, e)
+                if plain is not None:
+                    # llama.cpp refuses a prefill under a grammar; the grammar alone holds
+                    # the answer to its form (no thinking can start where JSON must)
+                    messages, kwargs = plain
+                    response = await self._within_deadline(self._create(messages, kwargs), started)
+                else:
+                    shorter = self._shortened(messages, e)
+                    if shorter is None:
+                        raise
+                    response = await self._within_deadline(self._create(shorter, kwargs), started)
             except self._openai.APIConnectionError as e:
                 if isinstance(e, self._openai.APITimeoutError) or self.before_call is None:
                     raise
@@ -532,6 +543,9 @@ def _structure_tokens(schema: Any, depth: int = 0) -> int:
     if not isinstance(schema, dict) or depth > 32:
         return 0
     room = 0
+    variants = [v for key in ("anyOf", "oneOf") for v in schema.get(key) or ()]
+    if variants:
+        room += max(_structure_tokens(v, depth + 1) for v in variants)
     properties = schema.get("properties")
     if isinstance(properties, dict):
         room += 8  # braces, and the whitespace around them
@@ -603,6 +617,27 @@ def context_overflow(e: Exception) -> tuple[int | None, int | None] | None:
     window = _number(fields.get("n_ctx")) or _first(_WINDOW.search(text))
     asked = _number(fields.get("n_prompt_tokens")) or _first(_ASKED.search(text))
     return window, asked
+
+
+def _without_prefill_under_grammar(
+    messages: list[dict], kwargs: dict, e: Exception
+) -> tuple[list[dict], dict] | None:
+    """The request without its assistant prefill, when `e` is llama.cpp refusing a prefill
+    under a response_format grammar ("Failed to initialize samplers"); else None."""
+    said = str(getattr(e, "message", "")) + " " + str(getattr(e, "body", ""))
+    if getattr(e, "status_code", None) != 400 or "initialize samplers" not in said:
+        return None
+    if not messages or messages[-1].get("role") != "assistant" or "response_format" not in kwargs:
+        return None
+    kwargs = dict(kwargs)
+    extra = dict(kwargs.get("extra_body") or {})
+    for key in ("continue_final_message", "add_generation_prompt"):
+        extra.pop(key, None)
+    if extra:
+        kwargs["extra_body"] = extra
+    else:
+        kwargs.pop("extra_body", None)
+    return messages[:-1], kwargs
 
 
 _N_LIMIT = re.compile(r"'n'.*?value <= (\d+)", re.I | re.S)

@@ -233,9 +233,13 @@ def test_a_schema_answer_s_budget_gets_room_for_its_structure(backend):
     assert with_schema_room({"max_tokens": 16}) == {"max_tokens": 16}  # no schema: as given
     backend.queue(Reply('{"score": 7}'))
 
+    backend.queue(Reply('{"score": 7}'))
+
     async def go(llm):
-        return await llm.chat([{"role": "user", "content": "rate"}], max_tokens=16,
-                              response_format=fmt)  # fmt: skip
+        asked = [{"role": "user", "content": "rate"}]
+        await llm.chat(asked, max_tokens=16, response_format=fmt)  # a server that said no slots
+        llm.schema_room = True  # as after a probe of a llama.cpp server (it says its slots)
+        return await llm.chat(asked, max_tokens=16, response_format=fmt)
 
     assert _run(_with_llm(backend.url, go)) == '{"score": 7}'
-    assert backend.chat_requests[-1]["max_tokens"] == 41
+    assert [b["max_tokens"] for b in backend.chat_requests[-2:]] == [16, 41]
