@@ -215,6 +215,7 @@ class Daemon:
             client.capability_cache = self.capability_cache()
             if embedded is not None:
                 client.before_call = embedded.wait_ready
+                client.after_lost = embedded.wait_restarted
                 client.unreachable = embedded.unreachable
                 client.identity = embedded.identity
         client.capability_overrides = s["backend_capabilities"]

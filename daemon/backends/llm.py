@@ -111,6 +111,7 @@ class LLM:
         # lost connection is explained by what happened to it (given when the call started),
         # and its capabilities are kept per model file rather than per process.
         self.before_call: Callable[[], Awaitable[None]] | None = None
+        self.after_lost: Callable[[], Awaitable[None]] | None = None
         self.unreachable: Callable[[float], str | None] | None = None
         self.identity = url
         self._counting = False  # the server's tokenizer is lmd's token counter
@@ -203,12 +204,12 @@ class LLM:
                         raise
                     response = await self._within_deadline(self._create(shorter, kwargs), started)
             except self._openai.APIConnectionError as e:
-                if isinstance(e, self._openai.APITimeoutError) or self.before_call is None:
+                if isinstance(e, self._openai.APITimeoutError) or self.after_lost is None:
                     raise
                 # the embedded server died under this request (a crash, a kill): it is being
                 # started again; once it answers, this request is asked again, once, so a
                 # batch job goes on where it was
-                await self.before_call()
+                await self.after_lost()
                 response = await self._within_deadline(self._create(messages, kwargs), started)
         except Exception as e:
             if kwargs.get("tools") and context_overflow(e) is not None:
@@ -297,19 +298,26 @@ class LLM:
             if self.before_call is not None:
                 await self.before_call()
             started = time.monotonic()
-            endpoint = self._completions
-            body = endpoint.body(prompt, kwargs) if endpoint is not None else None
-            if body is not None:
-                call = endpoint.create(body)
-            else:
-                call = self.client.completions.create(prompt=prompt, **kwargs)
-            response = await self._within_deadline(call, started)
+            try:
+                response = await self._within_deadline(self._legacy(prompt, kwargs), started)
+            except self._openai.APIConnectionError as e:
+                if isinstance(e, self._openai.APITimeoutError) or self.after_lost is None:
+                    raise
+                await self.after_lost()  # the embedded server restarted: ask it again, once
+                response = await self._within_deadline(self._legacy(prompt, kwargs), started)
         except Exception as e:
             raise self.explain(e, started) from e
         choices = getattr(response, "choices", None)
         choice = choices[0] if choices else None
         accounting.record(getattr(response, "usage", None), getattr(choice, "finish_reason", None))
         return response
+
+    async def _legacy(self, prompt: str, kwargs: dict) -> Any:
+        endpoint = self._completions
+        body = endpoint.body(prompt, kwargs) if endpoint is not None else None
+        if body is not None:
+            return await endpoint.create(body)
+        return await self.client.completions.create(prompt=prompt, **kwargs)
 
     async def stream(self, messages: list[dict], **kwargs: Any) -> AsyncIterator[str]:
         """Text chunks as the backend produces them.

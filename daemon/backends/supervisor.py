@@ -105,6 +105,13 @@ class Supervisor:
                     "seconds; try again in a moment, or run `lmd doctor`."
                 ) from None
 
+    async def wait_restarted(self) -> None:
+        """After a request lost its connection: wait until a server answers again (the one
+        that died this instant may not have been noticed yet); BackendError while down."""
+        if self._ready.is_set() and not self._stopping and not self.server.alive():
+            self._ready.clear()  # its watcher says so in a moment, and starts another
+        await self.wait_ready()
+
     def _change(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()

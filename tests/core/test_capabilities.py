@@ -197,3 +197,22 @@ def _put(url: str, value: str) -> bytes:
     req = urllib.request.Request(url, value.encode(), method="PUT")
     with urllib.request.urlopen(req, timeout=60) as r:
         return r.read()
+
+
+def test_batch_concurrency_is_the_setting_else_the_server_s_slots(backend, real_model):
+    """How many requests a batch job keeps in flight: the batch_concurrency setting when set,
+    else the slots the server says it has (llama-server: --parallel), else 8."""
+    from daemon.backends.concurrency import DEFAULT_CONCURRENCY, batch_concurrency
+
+    async def width(url, key, model, override=0):
+        llm = LLM(url, key, 60, 0, model)
+        llm.batch_override = override
+        try:
+            return await batch_concurrency(llm)
+        finally:
+            await llm.close()
+
+    assert asyncio.run(width(backend.url, "k", "fake-model")) == DEFAULT_CONCURRENCY  # says none
+    assert asyncio.run(width(backend.url, "k", "fake-model", override=3)) == 3
+    found = asyncio.run(width(real_model.url, real_model.key, real_model.alias))
+    assert found == real_model.n_slots == 2

@@ -430,3 +430,90 @@ def test_a_server_that_is_not_the_one_started_hears_nothing(tmp_path, monkeypatc
     finally:
         os.killpg(server.proc.pid, signal.SIGKILL)
         server.stop()
+
+
+def test_the_engine_killed_mid_batch_loses_nothing(tmp_path):
+    """A batch job's requests in flight when the embedded server dies (killed here, as a crash
+    would): the supervisor starts it again, each cut request waits for it and is asked again,
+    and every one of the batch is answered."""
+    import asyncio
+
+    from daemon.backends.llm import LLM
+    from daemon.backends.supervisor import Supervisor
+
+    async def run() -> tuple[list, int, int]:
+        sup = Supervisor(bundled_model_path(), 512, 1, "smollm2-135m-instruct", slots=2)
+        sup.start()
+        llm = LLM(sup.url, sup.key, 300, 0, sup.alias, uds=sup.uds)
+        llm.before_call, llm.after_lost = sup.wait_ready, sup.wait_restarted
+        llm.unreachable, llm.identity = sup.unreachable, "x"
+        try:
+            await sup.wait_ready()
+            first = sup.server.proc.pid
+            asked = [
+                llm.complete(
+                    [{"role": "user", "content": f"Count to twenty, number {i}."}],
+                    max_tokens=48,
+                    temperature=0,
+                )  # fmt: skip
+                for i in range(6)
+            ]
+            tasks = [asyncio.ensure_future(a) for a in asked]
+            before = cpu_ticks(first)
+            while cpu_ticks(first) - before < 10:  # it is answering
+                await asyncio.sleep(0.02)
+            os.kill(first, signal.SIGKILL)
+            answers = await asyncio.gather(*tasks)
+            return answers, first, sup.server.proc.pid
+        finally:
+            await llm.close()
+            await sup.stop()
+
+    answers, first, then = asyncio.run(run())
+    assert then != first  # it was started again
+    assert len(answers) == 6 and all(a.choices[0].message.content for a in answers)
+
+
+def test_big_schemas_and_tool_lists_do_not_break_the_engine(real_model):
+    """What crashed llama-cpp-python's grammar path, on llama-server: a string of maxLength
+    100,000, an object nested 60 deep, an enum of 500 names, 500 tools with a call required.
+    Each is answered (or, the tools, refused as too long for the context: read as an overflow,
+    one sentence), and the server lives on."""
+    import asyncio
+
+    from daemon.backends.llm import LLM
+    from daemon.errors import BackendError
+
+    deep: dict = {"type": "string"}
+    for i in range(60):
+        deep = {"type": "object", "properties": {f"k{i}": deep}, "required": [f"k{i}"]}
+    schemas = [
+        {"type": "object", "properties": {"t": {"type": "string", "maxLength": 100000}}},
+        deep,
+        {"type": "object", "properties": {"a": {"enum": [f"tool_{i}" for i in range(500)]}}},
+    ]
+    tools = [{"type": "function", "function": {"name": f"t{i}", "description": "Lists files.",
+              "parameters": {"type": "object", "properties": {"p": {"type": "string"}}}}}
+             for i in range(500)]  # fmt: skip
+    asked = [{"role": "user", "content": "Answer with JSON."}]
+
+    async def go():
+        llm = LLM(real_model.url, real_model.key, 300, 0, real_model.alias)
+        try:
+            answers = []
+            for schema in schemas:
+                fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+                answers.append(await llm.chat(asked, max_tokens=8, response_format=fmt))
+            try:
+                said = await llm.chat(asked, max_tokens=8, tools=tools, tool_choice="required")
+            except BackendError as e:
+                said = e.message
+            return answers, said
+        finally:
+            await llm.close()
+
+    answers, said = asyncio.run(go())
+    assert all(a.lstrip().startswith("{") for a in answers)
+    if "tools on offer" in said:  # more than the server's window of a slot
+        assert said.startswith("The 500 tools on offer do not fit in the model's context")
+    assert real_model.alive() and real_model.answers()

@@ -243,3 +243,27 @@ def test_a_schema_answer_s_budget_gets_room_for_its_structure(backend):
 
     assert _run(_with_llm(backend.url, go)) == '{"score": 7}'
     assert [b["max_tokens"] for b in backend.chat_requests[-2:]] == [16, 41]
+
+
+def test_tools_that_do_not_fit_the_context_are_one_sentence(backend):
+    """A tool list the server's context cannot hold with the conversation (500 MCP tools took
+    28,535 tokens on llama-server): one sentence naming the tools, not a context dump."""
+    overflow = {"error": {"code": 400, "type": "exceed_context_size_error",
+                          "message": "request (28535 tokens) exceeds the available context "
+                                     "size (8192 tokens), try increasing it",
+                          "n_prompt_tokens": 28535, "n_ctx": 8192}}  # fmt: skip
+    backend.queue(Reply(status=400, body=overflow))
+    tools = [{"type": "function", "function": {"name": f"t{i}", "parameters": {}}}
+             for i in range(3)]  # fmt: skip
+
+    async def go(llm):
+        return await llm.complete([{"role": "user", "content": "hi"}], tools=tools)
+
+    from daemon.errors import BackendError
+
+    with pytest.raises(BackendError) as e:
+        _run(_with_llm(backend.url, go))
+    assert e.value.message.startswith(
+        "The 3 tools on offer do not fit in the model's context together with the conversation"
+    )
+    assert "28535" not in e.value.message
