@@ -218,7 +218,10 @@ def _extract(archive: Path, into: Path) -> Path:
     prefix = f"{top}/vendor/llama.cpp/"
     with tarfile.open(archive) as tar:
         members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
-        tar.extractall(into, members=members, filter="data")
+        try:
+            tar.extractall(into, members=members, filter="data")
+        except TypeError:  # Python before 3.11.4: no filters (pip checked the archive's hash)
+            tar.extractall(into, members=members)
     if not (source / "tools" / "server" / "CMakeLists.txt").is_file():
         raise BuildError(f"{archive.name} holds no llama.cpp server source.")
     return source
