@@ -270,3 +270,32 @@ def test_a_small_schema_budget_gets_room_for_the_structure(real_model):
     assert isinstance(json.loads(choice.message.content)["score"], int)
     # without the room, the same request is cut (the case the room is for)
     assert short["finish_reason"] == "length" or json.loads(short["message"]["content"])
+
+
+def test_marat_s_step_with_mcp_tools_is_answered(real_model):
+    """Issue 36: with any MCP server configured, every marat turn crashed the embedded engine
+    (llama-cpp-python's grammar for marat's step schema with tools: SIGSEGV, exit code -11, as
+    the benchmark shows on that server). On llama-server the same schema is answered, held
+    to its form, and the server lives on."""
+    from plugins.marat.protocols import step_schema
+
+    class Tool:
+        def __init__(self, name: str) -> None:
+            self.exposed = name
+
+    schema = step_schema([Tool(f"files_{i}") for i in range(12)])
+    fmt = {"type": "json_schema", "json_schema": {"name": "marat_step", "schema": schema}}
+    asked = [{"role": "user", "content": "List the files in /tmp."}]
+
+    async def go(llm):
+        return await llm.complete(asked, max_tokens=96, response_format=fmt, temperature=0)
+
+    choice = run_llm(real_model, go).choices[0]
+    assert choice.message.content.lstrip().startswith("{")
+    if choice.finish_reason == "stop":
+        assert json.loads(choice.message.content, strict=False)["action"] in (
+            "bash",
+            "final",
+            *(f"files_{i}" for i in range(12)),
+        )
+    assert real_model.alive() and real_model.answers()
