@@ -28,6 +28,7 @@ _GROUPS: dict[str, dict[str, str]] = {
     "Errors": {
         "LmdError": "daemon.errors",
         "BackendError": "daemon.errors",
+        "AnswerCut": "daemon.errors",
         "SettingError": "daemon.settings",
         "ClientError": "daemon.client",
     },
@@ -194,6 +195,7 @@ __all__ = [  # the same names as _GROUPS, in its order (a test holds them equal)
     "Daemon",
     "LmdError",
     "BackendError",
+    "AnswerCut",
     "SettingError",
     "ClientError",
     "Settings",
@@ -355,7 +357,7 @@ if TYPE_CHECKING:  # editors and type checkers see the real definitions
     from daemon.core import Daemon, Registry, check_setting, collect
     from daemon.defaults import read_settings_table
     from daemon.directives import alias_problem, parse_directive
-    from daemon.errors import BackendError, LmdError
+    from daemon.errors import AnswerCut, BackendError, LmdError
     from daemon.execution import sandbox
     from daemon.execution import writes as staged_writes
     from daemon.execution.bash import SimpleCommand, Unmodelled, join_continuations, simple_commands

@@ -241,7 +241,7 @@ CORE_SETTINGS = [
         "embedded_context",
         8192,
         "int",
-        "Context size in tokens of the embedded model.",
+        "Context size in tokens of each conversation with the embedded model (each slot's).",
         min=256,
         max=1048576,
     ),
@@ -252,6 +252,15 @@ CORE_SETTINGS = [
         "CPU threads of the embedded model; 0 lets llama.cpp choose.",
         min=0,
         max=1024,
+    ),
+    Setting(
+        "embedded_slots",
+        0,
+        "int",
+        "Requests the embedded model answers at once (parallel slots, each holding "
+        "embedded_context tokens); 0 sizes them to the machine.",
+        min=0,
+        max=64,
     ),
     Setting(
         "action_protocol",
@@ -285,7 +294,7 @@ CORE_SETTINGS = [
         0,
         "int",
         "Requests a batch job (LM_SCORE over rows, SelectIT, the arena) sends at once; 0 "
-        "learns what the backend serves in parallel (4 until it knows).",
+        "learns what the backend serves in parallel (a llama.cpp server's slots, else 4).",
         min=0,
         max=256,
     ),

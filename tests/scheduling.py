@@ -8,10 +8,10 @@ reports is handed on with each test id ending in `@group`, as pytest-xdist's own
 a node's id apart from the attribute xdist sets). The scheduler sends tests by index, so the
 workers run the tests they collected, under their own ids.
 
-The real-model tier's files (those with a test or fixture that takes the `real_model` or
-`small_model` fixture) go to one worker as one unit: every worker that ran one of them
-started both model servers (seconds of CPU each, on a CPU-bound run), and one worker reading
-the tier's prompts in a row reuses their common prefixes.
+The real-model tier's files (those with a test or fixture that takes the `real_model`,
+`small_model` or `python_server` fixture) go to one worker as one unit: every worker that ran
+one of them started the model servers (seconds of CPU each, on a CPU-bound run), and one
+worker reading the tier's prompts in a row reuses their common prefixes.
 
 The journeys tier (tests/journeys/: its daemons on the embedded model, one per Unix user,
 started once and shared by the tier's files) is two more units: its runs as root, and its
@@ -33,7 +33,7 @@ from pathlib import Path
 from xdist.scheduler import LoadGroupScheduling
 
 REAL_MODEL_TIER = "the real-model tier"
-MODEL_FIXTURES = {"real_model", "small_model"}
+MODEL_FIXTURES = {"real_model", "small_model", "python_server"}
 LOCAL_MODEL_FILES = "the local-model files"
 JOURNEYS = "the journeys tier"
 LOCAL_MODEL_MODULES = {"torch", "transformers"}

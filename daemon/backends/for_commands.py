@@ -74,6 +74,7 @@ class CommandBackend:
     why: str  # why this backend: "OPENAI_API_KEY is set", "no backend is configured", ...
     settings: Any
     daemon_url: str | None = None
+    uds: str | None = None  # the Unix socket of the embedded server started for the command
     server: Any = None  # the EmbeddedServer started for this command, once it is started
     _start: Callable[[], Any] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -116,6 +117,7 @@ class CommandBackend:
             s["llm_timeout_secs"] if timeout is None else timeout,
             s["llm_max_retries"],
             model or self.model,
+            uds=self.uds,
         )
         llm.identity = self.identity
         llm.capability_overrides = s["backend_capabilities"]
@@ -149,7 +151,7 @@ class CommandBackend:
             await asyncio.sleep(0.05)  # a process start: nothing to wait on but its port
         self._ready = True
 
-    def _unreachable(self) -> str | None:
+    def _unreachable(self, started: float = 0.0) -> str | None:
         server = self.server
         if server is not None and server.proc is not None and server.proc.poll() is not None:
             return f"The embedded model server stopped unexpectedly ({server.last_words()})."
@@ -191,7 +193,6 @@ def choose_command_backend(
         bundled_model_path,
         check_gguf,
         engine_missing,
-        free_port,
     )
 
     installed = engine_missing() is None and (
@@ -226,15 +227,16 @@ def choose_command_backend(
         path, n_ctx=settings["embedded_context"], n_threads=settings["embedded_threads"],
         alias=alias,
     )  # fmt: skip
-    server.port = free_port()  # known now: clients are made before it starts
+    server.folder()  # its private socket's path is known now: clients are made before it starts
 
     def start() -> Any:
         server.spawn()
         return server
 
     return CommandBackend(
-        "embedded", server.url, server.key, alias, identity, choice.why, settings, _start=start
-    )
+        "embedded", server.url, server.key, alias, identity, choice.why, settings,
+        uds=server.uds, _start=start,
+    )  # fmt: skip
 
 
 def _daemon_embedded(url: str | None, identity: str | None) -> tuple[str, str, dict] | None:

@@ -86,7 +86,7 @@ def sandbox_state(level: str) -> str:
 def backend_state(settings) -> str:
     """One line on which backend answers and how to switch (start-up and `lmd doctor`)."""
     from daemon.backends.choice import choose_backend, embedded_model
-    from daemon.backends.embedded import engine_missing
+    from daemon.backends.embedded import engine_missing, engine_version
     from daemon.backends.llm import endpoint_from, shown_url
 
     choice = choose_backend(settings)
@@ -103,7 +103,7 @@ def backend_state(settings) -> str:
     if missing:
         return f"the embedded model ({choice.why}), but: {missing}"
     return (
-        f"the embedded model {alias} ({path.name}, on llama-cpp-python; {choice.why}). It is "
+        f"the embedded model {alias} ({path.name}, on {engine_version()}; {choice.why}). It is "
         "small: for better answers set embedded_model_path to a bigger GGUF file, or point "
         "openai_chat_endpoint (or OPENAI_BASE_URL) at any OpenAI-compatible server."
     )
