@@ -297,10 +297,14 @@ def as_user_argv(user: str) -> tuple[list[str], dict[str, str]]:
     """The argv prefix running Python as `user`, and the environment it needs."""
     import sysconfig
 
+    from daemon.backends.engine_build import built_program
+
     argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
     return [*argv, _system_python() or "python3"], {
         "PYTHONPATH": os.pathsep.join([str(ROOT), sysconfig.get_paths()["purelib"]]),
         "PYTHONDONTWRITEBYTECODE": "1",
+        # the system's Python has another prefix: the engine this environment built
+        "LMD_LLAMA_SERVER": str(built_program()),
     }
 
 

@@ -23,8 +23,10 @@ pytestmark = pytest.mark.slow
 
 def embedded_home(tmp_path: Path, **settings: object) -> Path:
     """A home with no backend configured: the embedded model answers (a small context keeps
-    the server quick to start)."""
+    the server quick to start; a busy machine gets time: the first turn waits for the start
+    and the probe)."""
     home = tmp_path / "lmd-home"
+    settings = {"llm_timeout_secs": 300, **settings}
     configure(home, embedded_context=2048, embedded_threads=1, **settings)
     return home
 
@@ -150,9 +152,17 @@ def test_a_crash_mid_answer_is_said_and_the_server_comes_back(tmp_path):
         d.stop()
 
 
-def test_the_server_dies_with_a_killed_daemon_and_the_next_removes_its_folder(tmp_path):
+def test_the_server_dies_with_a_killed_daemon_and_the_next_removes_its_folder(
+    tmp_path, monkeypatch
+):
     home = embedded_home(tmp_path)
-    d = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
+    # a temporary directory of the test's own: another test's server start (which sweeps
+    # abandoned folders) cannot take this folder first
+    private = tmp_path / "t"
+    private.mkdir()
+    monkeypatch.setenv("TMPDIR", str(private))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    d = LiveDaemon(home, {"LMD_TOKENIZER": "estimate", "TMPDIR": str(private)})
     assert wait_for(lambda: server_pids(d.proc.pid), 30)
     (server,) = server_pids(d.proc.pid)
     folder = server_folder(server)

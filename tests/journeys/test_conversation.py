@@ -184,7 +184,7 @@ def test_a_voice_client_and_an_editor_at_once(person):
     assert said_first(body["choices"][0]["message"]["content"], by_words[False])
 
 
-@journey(both="issue 36 item 13: /v1/chat/completions reports lmd's own count as usage")
+@journey()
 def test_an_editor_hears_the_servers_usage(person):
     """An editor's chat completion, plain and streamed with include_usage: `usage` is what
     the model server counted, not lmd's estimate."""
