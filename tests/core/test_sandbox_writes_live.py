@@ -10,7 +10,8 @@ checked by a list and a bounded walk", and issue 36's root journey):
 - a planted `__pycache__/*.pyc` beside an unchanged .py never reaches the project (the user's
   next python3 runs the source);
 - a nested .git planted after 20,001 of 100,000 files in one command is held;
-- renaming a protected tree's parent never deletes the nested repository or conftest.py.
+- renaming a protected tree's parent never deletes the nested repository or conftest.py;
+- `chmod 666 app.py` under a rule never lets another local user write the project.
 """
 
 from __future__ import annotations
@@ -299,3 +300,33 @@ def test_renaming_a_protected_trees_parent_never_deletes_it(world):
     world.say("no", proj, session="mv")
     assert (proj / "sub" / "nested" / ".git" / "HEAD").is_file()
     assert (proj / "sub" / "conftest.py").read_text() == "# nested\n"
+
+
+def test_a_rule_run_command_never_lets_other_users_write_the_project(world):
+    """The attack: `chmod 666 app.py`, `chmod o+w` on a new file, under a rule. lmd applied
+    the staged mode as it was, so another local user could write the user's code (and the
+    user's next `python3 app.py` ran theirs). Group and other write bits are kept only where
+    the file had them before (a group's shared checkout)."""
+    proj = world.project()
+    (proj / "shared.txt").write_text("s\n")
+    (proj / "shared.txt").chmod(0o664)
+    world.chown(proj / "shared.txt")
+    world.rule("chmod", proj)
+    world.rule("touch", proj)
+    world.backend.queue(
+        action("touch new.txt shared.txt && chmod 666 app.py new.txt"),
+        final("Opened up."),
+    )
+    body = world.say("marat let everyone edit app.py", proj, session="modes")
+    ran = body["commands"][0]
+    assert (ran["sandbox"], ran["rule"] is not None) == ("workspace-write", True), body
+    assert body["pending"] is None, body["reply"]
+    modes = {n: os.stat(proj / n).st_mode & 0o777 for n in ("app.py", "new.txt", "shared.txt")}
+    assert modes == {"app.py": 0o644, "new.txt": 0o644, "shared.txt": 0o664}, modes
+    if world.user is None:  # another user really cannot write it
+        other, _ = second_user()
+        if other is not None:
+            write = ["setpriv", f"--reuid={other}", f"--regid={other}", "--clear-groups",
+                     "sh", "-c", f"echo 'print(1)' >> {proj / 'app.py'}"]  # fmt: skip
+            assert subprocess.run(write, capture_output=True).returncode != 0
+    assert (proj / "app.py").read_text() == "print('app')\n"
