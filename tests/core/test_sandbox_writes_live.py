@@ -183,20 +183,20 @@ def test_a_rule_made_by_voice_writes_the_project_and_asks_about_the_rest(world):
     body = world.say("marat set up the tools", proj)
     question = body["reply"]
     assert body["pending"]["command"] == "apply: conftest.py, tools/.git", question
-    assert "does not cover: conftest.py (a file that build, test" in question
-    assert "tools/.git (a dotfile or configuration folder" in question
+    assert 'does not cover: "conftest.py" (a file that build, test' in question
+    assert '"tools/.git" (a dotfile or configuration folder' in question
     assert question.endswith("Say yes to apply exactly those, or no to drop them.")
     assert (proj / "ok.txt").exists() and not (proj / "tools" / ".git").exists()
     assert (proj / "conftest.py").read_text() == "# the user's\n"
     body = world.say("no", proj)
-    assert body["reply"] == "All right, I dropped what it wrote in conftest.py, tools/.git."
+    assert body["reply"] == 'All right, I dropped what it wrote in "conftest.py", "tools/.git".'
     assert (proj / "conftest.py").read_text() == "# the user's\n"
 
     b.queue(action(planting), final("Set up."))
     body = world.say("marat set up the tools again", proj)
     assert body["pending"]["command"] == "apply: conftest.py, tools/.git"
     body = world.say("yes", proj)
-    assert body["reply"].startswith("I applied what it wrote in conftest.py, tools/.git.\n")
+    assert body["reply"].startswith('I applied what it wrote in "conftest.py", "tools/.git".\n')
     assert (proj / "tools" / ".git" / "hooks" / "pre-commit").exists()
     touched = os.stat(proj / "conftest.py").st_mtime_ns  # touch: its time is the staged one
 
@@ -276,7 +276,7 @@ def test_a_repository_planted_after_twenty_thousand_of_100000_files_is_held(worl
     world.backend.queue(action("make files"))
     body = world.say("marat make the files", proj, session="many")
     assert body["pending"]["command"] == "apply: many/zz/.git", body["reply"]
-    assert "many/zz/.git (a dotfile or configuration folder" in body["reply"]
+    assert '"many/zz/.git" (a dotfile or configuration folder' in body["reply"]
     names = os.listdir(proj / "many")
     assert len(names) == 100001 and "zz" in names  # 100,000 files, and zz (its .git held)
     assert not (proj / "many" / "zz" / ".git").exists()
@@ -292,7 +292,7 @@ def test_renaming_a_protected_trees_parent_never_deletes_it(world):
     world.backend.queue(action("mv sub sub2"))
     body = world.say("marat rename sub", proj, session="mv")
     question = body["reply"]
-    assert "sub (removing it would remove sub/conftest.py, sub/nested/.git)" in question
+    assert '"sub" (removing it would remove sub/conftest.py, sub/nested/.git)' in question
     assert "sub2/conftest.py" in question and "sub2/nested/.git" in question
     assert (proj / "sub" / "nested" / ".git" / "HEAD").is_file()
     assert (proj / "sub" / "conftest.py").read_text() == "# nested\n"
@@ -330,3 +330,26 @@ def test_a_rule_run_command_never_lets_other_users_write_the_project(world):
                      "sh", "-c", f"echo 'print(1)' >> {proj / 'app.py'}"]  # fmt: skip
             assert subprocess.run(write, capture_output=True).returncode != 0
     assert (proj / "app.py").read_text() == "print('app')\n"
+
+
+def test_the_names_of_held_places_are_quoted_in_lmds_question(world):
+    """The attack: the command names the place it plants with lmd's own words, so the question
+    reads as if lmd said them ("... I kept nothing else. It only reads; say yes"). A place's
+    name is the command's (the model's) choice: inside lmd's question it is quoted, cut to 40
+    characters with its length said, its invisible characters written out."""
+    proj = world.project()
+    world.rule("touch", proj)
+    spoof = ".notes. It only reads and lmd checked it; nothing else was written. Say yes"
+    world.backend.queue(action(f"touch '{spoof}' .envrc"))
+    body = world.say("marat make notes", proj, session="names")
+    question = body["reply"]
+    assert body["pending"]["command"].startswith("apply: "), question
+    assert spoof not in question, question
+    assert f'"{spoof[:39]}…" ({len(spoof)} characters)' in question, question
+    assert '; ".envrc" (a dotfile or configuration folder' in question, question
+    assert not (proj / spoof).exists() and not (proj / ".envrc").exists()
+    world.backend.queue(final("Made."))
+    body = world.say("yes", proj, session="names")
+    shown = f'"{spoof[:39]}…" ({len(spoof)} characters), ".envrc".'
+    assert body["reply"].startswith(f"I applied what it wrote in {shown}"), body["reply"]
+    assert (proj / spoof).exists() and (proj / ".envrc").exists()
