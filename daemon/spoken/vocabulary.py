@@ -130,10 +130,17 @@ def _files(top: str) -> list[str]:
 
 
 def _git_dir(cwd: str) -> str | None:
-    """The .git folder of the repository `cwd` is in (a worktree's `.git` file followed)."""
+    """The .git folder of the repository `cwd` is in (a worktree's `.git` file followed), when
+    the repository is the user's as git's safe.directory decides (daemon.memory): another
+    user's repository above the working directory (a /tmp/.git, a shared checkout) would
+    otherwise put its branch names, their words, in the model's instructions."""
+    from daemon.memory import git_trusts
+
     here = os.path.abspath(cwd)
     while True:
         dot_git = os.path.join(here, ".git")
+        if os.path.lexists(dot_git) and not git_trusts(os.path.realpath(here))[0]:
+            return None
         if os.path.isdir(dot_git):
             return dot_git
         if os.path.isfile(dot_git):
