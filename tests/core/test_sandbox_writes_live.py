@@ -353,3 +353,42 @@ def test_the_names_of_held_places_are_quoted_in_lmds_question(world):
     shown = f'"{spoof[:39]}…" ({len(spoof)} characters), ".envrc".'
     assert body["reply"].startswith(f"I applied what it wrote in {shown}"), body["reply"]
     assert (proj / spoof).exists() and (proj / ".envrc").exists()
+
+
+@pytest.mark.parametrize(
+    ("where", "name", "place"),
+    [
+        (".git", "config", ".git"),
+        ("sub/nested/.git", "config", "sub/nested/.git"),
+        ("env/bin", "activate", "env"),
+    ],  # fmt: skip
+)
+def test_an_everywhere_rule_never_writes_a_repositorys_own_folder_from_inside(
+    world, where, name, place
+):
+    """The attack: an "everywhere" rule writes the working directory, which the model's `cd`
+    chooses (read-only, at once). `cd .git`, then `cp PAYLOAD config`: relative to that tree,
+    `config` has no dot folder in its path, so lmd judged it an ordinary file and applied it,
+    and the user's next `git status` ran core.fsmonitor (a virtual environment's
+    bin/activate, sourced by the user's shell, went the same way). Where the tree itself lies
+    is judged too: such a tree is never written."""
+    proj = world.project()
+    if where.startswith("env"):  # a virtual environment of any name: it holds pyvenv.cfg
+        (proj / "env" / "bin").mkdir(parents=True)
+        (proj / "env" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+        (proj / "env" / "bin" / "activate").write_text("# the user's\n")
+        world.chown(proj / "env")
+    world.rule("cp", None)
+    config = proj / where / name
+    before = config.read_text()
+    session = f"inside-{where.replace('/', '-')}"
+    world.backend.queue(action(f"cd {where}"), action(f"cp {world.payload} {name}"))
+    body = world.say("marat set up git", proj, session=session)
+    assert config.read_text() == before, body["reply"]
+    git = [*world.as_user(), "git", "-C", str(proj / "sub" / "nested"), "status"]
+    done = subprocess.run(git, capture_output=True, env={**os.environ, "HOME": str(world.home)})
+    assert done.returncode == 0 and not world.mark.exists()
+    # asked instead, naming why (the user may still say yes to it, once)
+    assert (body["pending"] or {}).get("command") == f"cp {world.payload} {name}", body["reply"]
+    assert f"whose files tools read and run ({proj / place})" in body["reply"], body["reply"]
+    world.say("no", proj, session=session)
