@@ -384,3 +384,31 @@ def test_a_repository_another_user_owns_is_not_read_as_instructions(world):
     status, body = world.say("cobol what is the focus", "memory-cobol", sub)
     assert status == 403, body
     assert body["error"].startswith(f"git refuses the repository at {parent}: another user owns")
+
+
+def test_no_program_of_a_submodules_own_configuration_runs(world):
+    """The attack: cobol's own git calls (run without asking) switch off the fsmonitor, hooks
+    and every filter driver the repository's configuration names, but `git diff` and `git
+    status` ask each submodule whether it is dirty by running git there, which reads the
+    submodule's own configuration: its filter driver ran (a clean filter on any file whose
+    stat changed), on every edit, before any question. .gitmodules (`ignore = none`, in the
+    work tree) can undo diff.ignoreSubmodules. cobol's git calls never descend into one."""
+    inner = make_repo(world.root / "repos" / "inner", {".gitattributes": "* filter=ours\n"})
+    repo = world.repo("submodule")
+    git = ["git", "-c", "protocol.file.allow=always", "-c", "safe.directory=*", "-C", str(repo)]
+    subprocess.run([*git, "submodule", "add", "-q", str(inner), "lib"], check=True)
+    subprocess.run([*git, "config", "-f", ".gitmodules", "submodule.lib.ignore", "none"],
+                   check=True)  # fmt: skip
+    subprocess.run([*git, "commit", "-qam", "lib"], check=True, capture_output=True)
+    world.diffs["submodule"] = scratch_diff(repo, fix_add)  # (before the filter is set)
+    ran = inner / "FILTER-RAN"  # (a folder the daemon's user may write)
+    config = ["git", "-c", "safe.directory=*", "-C", str(repo / "lib"), "config"]
+    subprocess.run([*config, "filter.ours.clean", f"touch {ran}; cat"], check=True)
+    subprocess.run([*config, "filter.ours.smudge", "cat"], check=True)
+    world.own(repo)  # (a new owner changes every file's stat: git looks again)
+    world.own(inner)
+    world.ok("cobol focus on calc.py lines 4 to 5", "submodule", repo)
+    out = world.ok("cobol change it as case submodule says", "submodule", repo)
+    assert "calc.py" in out["reply"], out["reply"]
+    assert "a + b" in (repo / "calc.py").read_text()  # the edit was applied, without a yes
+    assert not ran.exists()
