@@ -8,10 +8,13 @@ another Unix user takes the port; the command's next call went there, with the t
 daemon's own, for every later request: protected settings, rules) and the user's words.
 
 Every connection the command's model client makes to the daemon is now checked, before a
-byte is sent, as lmd's clients check theirs."""
+byte is sent, as lmd's clients check theirs. And the relay itself (GET /backend/embedded and
+/backend/embedded/<path>) answers neither another Unix user (401) nor a web page the user's
+browser would send (403)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -81,6 +84,20 @@ while True:
 """
 
 
+# Status codes of the relay's routes for whoever runs this (headers: a JSON object).
+KNOCK = """
+import json, sys, urllib.request, urllib.error
+url, headers = sys.argv[1], json.loads(sys.argv[2])
+for path in ("/backend/embedded", "/backend/embedded/v1/models"):
+    try:
+        asked = urllib.request.Request(url + path, headers=headers)
+        with urllib.request.urlopen(asked, timeout=30) as r:
+            print(r.status)
+    except urllib.error.HTTPError as e:
+        print(e.code)
+"""
+
+
 def _run_as(user: str | None) -> tuple[list[str], dict[str, str]]:
     if user is None:
         return [sys.executable], {**os.environ}
@@ -125,6 +142,15 @@ def test_a_command_never_sends_the_token_to_another_users_program_on_the_port(wo
         assert command.stdout is not None
         first = command.stdout.readline()
         assert first.strip() == "KIND daemon", first
+        # the relay itself: another user gets nowhere, nor does a web page run by the user
+        for who, headers, codes in (
+            (stranger, {}, ["401", "401"]),
+            (user or "root", {"Origin": "http://evil.example"}, ["403", "403"]),
+        ):
+            kargv, kenv = _run_as(None if who == "root" else who)
+            knock = [*kargv, "-c", KNOCK, daemon.url, json.dumps(headers)]
+            said = subprocess.run(knock, env=kenv, capture_output=True, text=True, timeout=60)
+            assert said.stdout.split() == codes, (who, headers, said.stdout, said.stderr)
         daemon.stop()  # the daemon goes away while the command runs
         iargv, ienv = _run_as(None if stranger == "root" else stranger)
         impostor = subprocess.Popen(
