@@ -412,3 +412,26 @@ def test_no_program_of_a_submodules_own_configuration_runs(world):
     assert "calc.py" in out["reply"], out["reply"]
     assert "a + b" in (repo / "calc.py").read_text()  # the edit was applied, without a yes
     assert not ran.exists()
+
+
+def test_a_repository_cannot_hang_or_widen_the_dictation_hint(world):
+    """The attack: the dictation hint reads a repository's branches itself (never running git
+    there). A hostile repository (an unpacked archive's .git) made packed-refs a named pipe,
+    and opening it waited for a writer forever: the marat turn never answered, and the
+    session's lock kept every later request of that session waiting too. refs/heads made a
+    link to another folder had every file name there read as a branch ("a branch here")."""
+    repo = world.repo("hangs")
+    outside = world.root / "elsewhere"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / "release-candidate-x7").write_text("not a branch\n")
+    heads = repo / ".git" / "refs" / "heads"
+    shutil.rmtree(heads)
+    heads.symlink_to(outside)
+    (repo / ".git" / "packed-refs").unlink(missing_ok=True)
+    os.mkfifo(repo / ".git" / "packed-refs")
+    world.own(repo)
+    out = world.ok("marat what do the project's notes say about release candidate x seven",
+                   "hangs", repo)  # fmt: skip
+    assert out["reply"] == "They say what they say."
+    sent = json.dumps(world.backend.chat_requests[-1]["messages"])
+    assert "release-candidate-x7" not in sent, sent
