@@ -435,3 +435,20 @@ def test_a_repository_cannot_hang_or_widen_the_dictation_hint(world):
     assert out["reply"] == "They say what they say."
     sent = json.dumps(world.backend.chat_requests[-1]["messages"])
     assert "release-candidate-x7" not in sent, sent
+
+
+def test_a_build_file_made_a_named_pipe_before_the_yes_hangs_nothing(world):
+    """The attack: between "Shall I run make test?" and the yes, the Makefile is replaced by a
+    named pipe. lmd shows what changed in the build's files, and opened the pipe to read it,
+    waiting for a writer forever: the yes never answered, and the session's lock held every
+    later request. A build file is read only when it is a regular file."""
+    repo = world.repo("fifo")
+    out = world.ok("cobol compile", "fifo", repo)
+    assert out["reply"].startswith("Shall I run make test"), out["reply"]
+    (repo / "Makefile").unlink()
+    os.mkfifo(repo / "Makefile")
+    world.own(repo)
+    out = world.ok("yes", "fifo", repo)
+    assert out["reply"].startswith("Since I asked, the build's files changed (Makefile)")
+    assert world.ok("no", "fifo", repo)["reply"] == "All right. I did not run make test."
+    assert not world.marker.exists()
