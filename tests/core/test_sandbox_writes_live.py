@@ -314,15 +314,16 @@ def test_a_rule_run_command_never_lets_other_users_write_the_project(world):
     world.rule("chmod", proj)
     world.rule("touch", proj)
     world.backend.queue(
-        action("touch new.txt shared.txt && chmod 666 app.py new.txt"),
+        action("touch new.txt shared.txt s.txt && chmod 666 app.py new.txt && chmod 6644 s.txt"),
         final("Opened up."),
     )
     body = world.say("marat let everyone edit app.py", proj, session="modes")
     ran = body["commands"][0]
     assert (ran["sandbox"], ran["rule"] is not None) == ("workspace-write", True), body
     assert body["pending"] is None, body["reply"]
-    modes = {n: os.stat(proj / n).st_mode & 0o777 for n in ("app.py", "new.txt", "shared.txt")}
-    assert modes == {"app.py": 0o644, "new.txt": 0o644, "shared.txt": 0o664}, modes
+    names = ("app.py", "new.txt", "shared.txt", "s.txt")
+    modes = {n: os.stat(proj / n).st_mode & 0o7777 for n in names}
+    assert modes == {"app.py": 0o644, "new.txt": 0o644, "shared.txt": 0o664, "s.txt": 0o644}
     if world.user is None:  # another user really cannot write it
         other, _ = second_user()
         if other is not None:
