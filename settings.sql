@@ -50,7 +50,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('backend_capabilities', '{}
 INSERT OR IGNORE INTO settings (name, value) VALUES ('system', 'Ubuntu 22.04');
 -- Requests a batch job (LM_SCORE over rows, SelectIT, the arena) sends at once; 0 learns what the backend serves in parallel (a llama.cpp server's slots, else 4). Allowed: a whole number from 0 to 256.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('batch_concurrency', '0');
--- Tell the model what a dictated request's words probably mean here (spoken punctuation, names in the repository and on PATH, lmd words) beside them. Allowed: true or false (also yes/no, t/f, on/off).
+-- Tell the model what a dictated request's words probably mean here (spoken punctuation, names in the repository and on PATH, lmd words) beside them. Allowed: true or false (also yes/no, t/f, on/off). Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('dictation_hints', 'true');
 -- Mode used when no directive applies (one of the registered modes). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('default_prompt', 'dali');

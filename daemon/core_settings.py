@@ -304,6 +304,7 @@ CORE_SETTINGS = [
         "bool",
         "Tell the model what a dictated request's words probably mean here (spoken "
         "punctuation, names in the repository and on PATH, lmd words) beside them.",
+        shapes=("prompt",),  # a hint in the model's instructions
     ),
     Setting(
         "default_prompt",

@@ -79,6 +79,7 @@ class CommandBackend:
     _start: Callable[[], Any] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ready: bool = False
+    foreign: str | None = None  # why the daemon's port was refused: another user holds it
 
     @property
     def embedded(self) -> bool:
@@ -125,7 +126,39 @@ class CommandBackend:
         if self._start is not None:
             llm.before_call = self._started
             llm.unreachable = self._unreachable
+        if self.kind == "daemon":
+            self._owner_checked(llm)
         return llm
+
+    def _owner_checked(self, llm: Any) -> None:
+        """Check every connection `llm` makes to the daemon, before a byte is sent, to be held
+        by a program of this user, as lmd's own clients check theirs (daemon/client.py): the
+        daemon may stop while the command runs, and another user's program take its port,
+        which would receive the daemon's token (the key here) and the user's words."""
+        import os
+
+        if os.environ.get("LMD_TOKEN"):
+            return  # the user chose the target (daemon.client skips the check too)
+        import httpcore2
+
+        from daemon.client import ForeignDaemon, check_owner
+
+        async def trace(event: str, info: dict) -> None:
+            if event != "connection.connect_tcp.complete":
+                return
+            stream = info["return_value"]
+            try:
+                check_owner(stream.get_extra_info("socket"))
+            except ForeignDaemon as e:
+                self.foreign = str(e)
+                await stream.aclose()
+                raise httpcore2.ConnectError(str(e)) from None
+
+        async def checked(request: Any) -> None:
+            request.extensions["trace"] = trace
+
+        llm.http.event_hooks["request"].append(checked)
+        llm.unreachable = lambda started=0.0: self.foreign
 
     async def _started(self) -> None:
         """Start the command's embedded server on its first request (from the event loop's

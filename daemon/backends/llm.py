@@ -94,10 +94,10 @@ class LLM:
             timeout=timeout,
             transport=SpreadTransport(max_connections=256, keepalive=64, uds=uds),
         )
-        self.http = http
         self.client = openai.AsyncOpenAI(
             base_url=url, api_key=key, timeout=timeout, max_retries=retries, http_client=http
         )
+        self.http = http  # every call's HTTP client (a command's relay checks its connections)
         # Plain-JSON calls take the lean way of daemon/backends/prepared_body.py; None sends
         # every call through the SDK's `create` (the tests compare both ways).
         self._chat: Endpoint | None = Endpoint.chat(self.client, http)

@@ -511,6 +511,42 @@ def test_an_ordinary_users_command_is_bounded_as_a_whole_without_a_cgroup(reques
 
 
 @pytest.mark.bwrap
+def test_the_watch_counts_the_sandboxs_own_tmp_never_the_machines():
+    """The bug: sampled while bwrap was still setting up (its child forked, its mounts not yet
+    made), the sandbox's "private /tmp" was the machine's /tmp, and its whole disk counted: an
+    ordinary user's `mkdir build` was ended for holding "more than 2048 MiB" (24 of 30 starts
+    sampled every millisecond here, before the fix)."""
+    import asyncio
+    import tempfile
+
+    from daemon.execution.sandbox import memory
+
+    with tempfile.NamedTemporaryFile(dir="/tmp") as held:  # the machine's /tmp holds something
+        held.write(b"x" * (8 << 20))
+        held.flush()
+        os.fsync(held.fileno())
+        assert memory.tmpfs_bytes(os.getpid()) == 0  # a process outside any sandbox
+
+        async def peak() -> int:
+            proc = await asyncio.create_subprocess_exec(
+                "bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/",
+                "--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc",
+                "sh", "-c", "head -c 1048576 /dev/zero > /tmp/one; sleep 0.2",
+            )  # fmt: skip
+            most = 0
+            while proc.returncode is None:
+                most = max(most, memory.command_bytes(proc.pid)[0])
+                try:
+                    await asyncio.wait_for(proc.wait(), 0.001)
+                except TimeoutError:
+                    pass
+            return most
+
+        peaks = [asyncio.run(peak()) for _ in range(10)]
+    assert max(peaks) < 64 << 20, peaks  # a shell, head and 1 MiB in its own /tmp
+
+
+@pytest.mark.bwrap
 def test_timeout_kills_everything_in_the_sandbox(tmp_path):
     marker = "31.4159265"
     r = run(f"sleep {marker} & setsid sleep {marker} & nohup sleep {marker} & sleep 30", tmp_path,
