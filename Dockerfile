@@ -10,35 +10,41 @@
 # (see docs/sandbox.md); `docker exec lmd lmd doctor` says which case you are in.
 
 FROM python:3.11-slim AS build
-# a C compiler for the online-Elo bootstrap's loop (plugins/elo/_online.c); the final image
-# gets only the built wheel
+# Compilers: the online-Elo bootstrap's loop (plugins/elo/_online.c), llama.cpp's libraries
+# (llama-cpp-python, built from source with portable CPU flags) and the embedded model's
+# engine, llama-server (daemon/backends/engine_build.py, each compiler step shown). The final
+# image gets only the built environment.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && apt-get install -y --no-install-recommends gcc g++ libc6-dev cmake ninja-build \
     && rm -rf /var/lib/apt/lists/*
+ENV CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
 WORKDIR /src
 COPY pyproject.toml setup.py README.md LICENSE settings.sql ./
 COPY daemon ./daemon
 COPY plugins ./plugins
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN python -m venv /opt/lmd \
+    && /opt/lmd/bin/pip install --no-cache-dir '.[embedded]' \
+    && /opt/lmd/bin/python -m daemon.backends.engine_build
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     LMD_HOME=/data \
     LMD_BIND=0.0.0.0:8420
-# bubblewrap: the command sandbox. Not pinned: Debian's security updates replace the version.
+# bubblewrap: the command sandbox; libgomp1: llama.cpp's threads (the embedded model). Not
+# pinned: Debian's security updates replace the versions.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends bubblewrap \
+    && apt-get install -y --no-install-recommends bubblewrap libgomp1 \
     && rm -rf /var/lib/apt/lists/*
 RUN groupadd --gid 10001 lmd \
     && useradd --create-home --uid 10001 --gid 10001 --shell /usr/sbin/nologin lmd \
     && mkdir -p /data \
     && chown 10001:10001 /data
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir --no-index /wheels/*.whl \
-    && rm -rf /wheels
+# the environment as built (its llama-server links llama.cpp's libraries at this path)
+COPY --from=build /opt/lmd /opt/lmd
+ENV PATH=/opt/lmd/bin:$PATH
 USER 10001:10001
 WORKDIR /home/lmd
 VOLUME ["/data"]

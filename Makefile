@@ -1,4 +1,6 @@
 # Two commands matter: `make run` and `make test`. Each creates .venv when missing.
+# bash: recipes use pipefail (a pipe fails when its first command does)
+SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -22,17 +24,25 @@ $(STAMP): $(BIN)/python pyproject.toml setup.py plugins/elo/_online.c $(wildcard
 	$(BIN)/pip install -q -e '.[mcp]'
 	touch $(STAMP)
 
-# The embedded model's engine, llama-cpp-python, is built from source (no binary wheel here):
-# portable CPU flags, because a -march=native build crashed with SIGSEGV on VMs whose CPU
-# reports AMX instructions that the kernel has not enabled. pip's wheel cache keeps the build.
+# The embedded model's engine is llama.cpp's own server, llama-server. llama-cpp-python (the
+# `embedded` extra) brings llama.cpp's libraries, built from source (no binary wheel here) with
+# portable CPU flags: a -march=native build crashed with SIGSEGV on VMs whose CPU reports AMX
+# instructions that the kernel has not enabled. pip's wheel cache keeps that build. Then only
+# llama-server's own sources are compiled against those libraries, showing each compiler step
+# (daemon/backends/engine_build.py; its build directory is kept in ~/.cache/lmd/engine).
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 EMBED_STAMP := $(VENV)/.installed-embedded
 
-$(EMBED_STAMP): $(STAMP)
-	@echo "Installing the embedded model (SmolLM2-135M-Instruct on llama-cpp-python). The engine is"
-	@echo "built from source the first time: about 6 minutes on a quiet 2-core machine, far longer"
-	@echo "on a busy one (43 minutes was seen under load); seconds after (pip's cache)."
-	$(BIN)/pip install --progress-bar on -e '.[embedded]'
+# engine_build.py: a new way of building the engine builds it again in existing environments
+$(EMBED_STAMP): $(STAMP) daemon/backends/engine_build.py
+	@echo "Installing the embedded model (SmolLM2-135M-Instruct) and its engine, llama.cpp's llama-server."
+	@echo "First llama.cpp's libraries (llama-cpp-python, built from source: about 6 minutes on 2 quiet cores"
+	@echo "the first time, far longer on a busy machine: 43 minutes was seen; seconds after, from pip's"
+	@echo "cache), then llama-server (about 2 minutes, once). pip -v shows each compiler step."
+	@set -o pipefail; $(BIN)/pip install -v -e '.[embedded]' 2>&1 | tee $(VENV)/embedded-install.log \
+		| { grep -E --line-buffered '^ *\[[0-9]+/[0-9]+\] |^(Successfully|ERROR)|Building wheel' || true; } \
+		|| { echo "The install failed; the whole log is in $(VENV)/embedded-install.log."; exit 1; }
+	$(BIN)/python -m daemon.backends.engine_build
 	touch $(EMBED_STAMP)
 
 $(TEST_STAMP): $(EMBED_STAMP)

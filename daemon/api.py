@@ -28,6 +28,7 @@ _GROUPS: dict[str, dict[str, str]] = {
     "Errors": {
         "LmdError": "daemon.core.errors",
         "BackendError": "daemon.core.errors",
+        "AnswerCut": "daemon.core.errors",
         "SettingError": "daemon.core.settings",
         "ClientError": "daemon.client",
     },
@@ -247,7 +248,7 @@ if TYPE_CHECKING:
     from daemon.core.daemon import Daemon
     from daemon.core.defaults import read_settings_table
     from daemon.core.directives import alias_problem, parse_directive
-    from daemon.core.errors import BackendError, LmdError
+    from daemon.core.errors import AnswerCut, BackendError, LmdError
     from daemon.core.home import PRIVATE_FILES, default_home
     from daemon.core.modes import Context, Mode, record_turn
     from daemon.core.paths import allowed_http_path, refuse_overwrite, write_atomic

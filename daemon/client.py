@@ -192,6 +192,13 @@ class ForeignDaemon(OSError):
     """The loopback port is held by a program of another user."""
 
 
+def check_owner(sock: socket.socket) -> None:
+    """ForeignDaemon when the kernel says the server's end of this connected loopback socket
+    belongs to another user: send it nothing."""
+    host, port = sock.getpeername()[:2]
+    _check_owner(sock, host, port)
+
+
 def _check_owner(sock: socket.socket, host: str, port: int) -> None:
     """Ask the kernel who owns the server's end; another user's program gets nothing."""
     mine, theirs = sock.getsockname(), sock.getpeername()

@@ -156,6 +156,18 @@ def small_model(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def python_server(tmp_path_factory):
+    """llama-cpp-python's own server over the bundled model: the other llama.cpp server, which
+    lmd stays true against as a configured endpoint (tests/real_model.py)."""
+    from tests.real_model import PythonServer, model_path, probe_once
+
+    server = PythonServer(model_path()).start()
+    probe_once(server, shared_with_workers(tmp_path_factory))
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def backend() -> Iterator[FakeBackend]:
     b = FakeBackend().start()

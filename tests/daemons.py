@@ -183,16 +183,22 @@ class LiveDaemon:
         env: dict | None = None,
         args: list[str] | None = None,
         user: str | None = None,
+        warm=None,
     ):
         """`user`: start it cold as that Unix user instead (as root: setpriv, the system's
-        Python with this venv's packages; see as_user_argv)."""
+        Python with this venv's packages; see as_user_argv). `warm`: fork it from this warm
+        process (a WarmLmd with PRELOAD_SERVE, of another user too) rather than this
+        worker's own."""
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         full_env = {**os.environ, **(env or {})}
         self.log = open(home.parent / f"lmd-serve-{self.port}.log", "w+b")  # noqa: SIM115
         argv = ["serve", "--bind", f"127.0.0.1:{self.port}", "--home", str(home), *(args or [])]
-        warm = warm_serve() if user is None else None
+        if warm is None:
+            warm = warm_serve() if user is None else None
+        elif warm.forkable(full_env):
+            user = None  # the warm process runs as that user already
         if user is not None:
             prefix, extra = as_user_argv(user)
             self.proc = subprocess.Popen(
@@ -291,10 +297,14 @@ def as_user_argv(user: str) -> tuple[list[str], dict[str, str]]:
     """The argv prefix running Python as `user`, and the environment it needs."""
     import sysconfig
 
+    from daemon.backends.engine_build import built_program
+
     argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
     return [*argv, _system_python() or "python3"], {
         "PYTHONPATH": os.pathsep.join([str(ROOT), sysconfig.get_paths()["purelib"]]),
         "PYTHONDONTWRITEBYTECODE": "1",
+        # the system's Python has another prefix: the engine this environment built
+        "LMD_LLAMA_SERVER": str(built_program()),
     }
 
 

@@ -258,7 +258,11 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        self._record(None)
+        if self.headers.get("X-Lmd-Probe"):  # what the server says of itself (/props, ...)
+            with self.owner._lock:
+                self.owner.probes.append(Recorded(self.command, self.path, self.headers, {}))
+        else:
+            self._record(None)
         if self.path.rstrip("/").endswith("/models"):
             data = [{"id": m, "object": "model", "owned_by": "fake"} for m in self.owner.models]
             self._send_json(200, {"object": "list", "data": data})
@@ -419,7 +423,17 @@ class _Handler(BaseHTTPRequestHandler):
                 "model": model,
                 "choices": [final],
             }
-            self.wfile.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
+            self.wfile.write(f"data: {json.dumps(end)}\n\n".encode())
+            options = body.get("stream_options") or {}
+            if isinstance(options, dict) and options.get("include_usage"):
+                # OpenAI's way: one more chunk, no choices, the request's usage
+                prompt = len(json.dumps(body.get("messages") or body.get("prompt") or "")) // 4
+                done = {**end, "choices": [], "usage": {
+                    "prompt_tokens": prompt, "completion_tokens": len(pieces),
+                    "total_tokens": prompt + len(pieces),
+                }}  # fmt: skip
+                self.wfile.write(f"data: {json.dumps(done)}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self._client_left(body)

@@ -8,10 +8,15 @@ reports is handed on with each test id ending in `@group`, as pytest-xdist's own
 a node's id apart from the attribute xdist sets). The scheduler sends tests by index, so the
 workers run the tests they collected, under their own ids.
 
-The real-model tier's files (those with a test or fixture that takes the `real_model` or
-`small_model` fixture) go to one worker as one unit: every worker that ran one of them
-started both model servers (seconds of CPU each, on a CPU-bound run), and one worker reading
-the tier's prompts in a row reuses their common prefixes.
+The real-model tier's files (those with a test or fixture that takes the `real_model`,
+`small_model` or `python_server` fixture) go to one worker as one unit: every worker that ran
+one of them started the model servers (seconds of CPU each, on a CPU-bound run), and one
+worker reading the tier's prompts in a row reuses their common prefixes.
+
+The journeys tier (tests/journeys/: its daemons on the embedded model, one per Unix user,
+started once and shared by the tier's files) is two more units: its runs as root, and its
+runs as the ordinary user, each on one worker (the two share nothing, so they run side by
+side).
 
 The local-model files (those that import torch or transformers into the worker, through
 `pytest.importorskip`) go to one worker as another unit: each worker that imports them and
@@ -28,8 +33,9 @@ from pathlib import Path
 from xdist.scheduler import LoadGroupScheduling
 
 REAL_MODEL_TIER = "the real-model tier"
-MODEL_FIXTURES = {"real_model", "small_model"}
+MODEL_FIXTURES = {"real_model", "small_model", "python_server"}
 LOCAL_MODEL_FILES = "the local-model files"
+JOURNEYS = "the journeys tier"
 LOCAL_MODEL_MODULES = {"torch", "transformers"}
 
 
@@ -69,14 +75,17 @@ def uses_local_model(path: Path) -> bool:
     )
 
 
-def group_of(path: Path, root: Path) -> str:
-    """The xdist group of a test collected from `path`: its file (relative to `root`), or one
-    of the two units."""
+def group_of(path: Path, root: Path, nodeid: str = "") -> str:
+    """The xdist group of a test (`nodeid`) collected from `path`: its file (relative to
+    `root`), or one of the units larger than a file."""
+    rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+    if rel.startswith("tests/journeys/"):
+        return f"{JOURNEYS} as {'the user' if nodeid.endswith('[user]') else 'root'}"
     if uses_real_model(path):
         return REAL_MODEL_TIER
     if uses_local_model(path):
         return LOCAL_MODEL_FILES
-    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+    return rel
 
 
 class Scheduling(LoadGroupScheduling):
@@ -85,6 +94,7 @@ class Scheduling(LoadGroupScheduling):
     def add_node_collection(self, node, collection) -> None:  # noqa: ANN001 (xdist's types)
         root = self.config.rootpath
         grouped = [
-            f"{nodeid}@{group_of(root / nodeid.split('::')[0], root)}" for nodeid in collection
+            f"{nodeid}@{group_of(root / nodeid.split('::')[0], root, nodeid)}"
+            for nodeid in collection
         ]
         super().add_node_collection(node, grouped)

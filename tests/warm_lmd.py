@@ -116,10 +116,14 @@ class WarmLmd:
         name: str = "lmd",
         client: str = "client",
         profile_path: tuple[Path, ...] = (),
+        python: list[str] | None = None,
     ) -> None:
+        """`python`: how the warm process's interpreter starts (default this one; another
+        user's runs it through setpriv: its last word is the interpreter the client runs)."""
         self.directory = directory
         self.env = env
         self.profile = profile
+        self.python = python or [sys.executable]
         self.bin = directory / "bin"
         self.client = self.bin / name
         self.client_call = client
@@ -130,12 +134,12 @@ class WarmLmd:
     def start(self, timeout: float = 10.0) -> WarmLmd:
         self.bin.mkdir(parents=True, exist_ok=True)
         source = (ROOT / "tests" / "warm_client.py").read_text()
-        self.client.write_text(f"#!{sys.executable} -S\n{source}\n{self.client_call}()\n")
+        self.client.write_text(f"#!{self.python[-1]} -S\n{source}\n{self.client_call}()\n")
         self.client.chmod(0o755)
         self.socket_path.unlink(missing_ok=True)  # a warm process stopped before this one
         self.proc = subprocess.Popen(
             [
-                *(sys.executable, "-m", "tests.forkserver", str(self.socket_path)),
+                *(*self.python, "-m", "tests.forkserver", str(self.socket_path)),
                 *(self.profile, *map(str, self.profile_path)),
             ],
             env=self.env,

@@ -33,6 +33,7 @@ TOKENIZE_PATHS = (
     ("/tokenize", "prompt"),
 )
 PROBE_TIMEOUT = 30.0  # seconds per request: a cold server compiles a grammar on first use
+SCHEMA_PROBE_TOKENS = 96
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class Capabilities:
 
     tools: bool = False  # accepts `tools` and answers with `tool_calls` on its own
     tool_choice: bool = False  # honours tool_choice naming one function (forces that call)
+    tool_required: bool = False  # honours tool_choice "required" (some tool call, any)
     json_schema: bool = False  # honours response_format {"type": "json_schema", ...}
     logprobs: bool = False  # chat logprobs
     top_logprobs: int = 0  # alternatives per position it returns (0: none)
@@ -48,14 +50,18 @@ class Capabilities:
     tokenize: bool = False  # a tokenize endpoint (see tokenize_path)
     prefill: bool = False  # continues a final assistant message
     source: str = "assumed"  # "probe", "setting" (overridden) or "assumed" (not probed)
+    prefill_echo: bool = False  # its answer repeats the assistant's text before going on
+    slots: int = 0  # requests it serves at once (llama.cpp's parallel slots); 0: not said
+    max_n: int = 0  # choices it gives in one request; 0: no limit known
+    context_window: int = 0  # tokens of context one request may use; 0: not said
     tokenize_path: str = ""  # "/extras/tokenize" etc., relative to the server root
     tokenize_field: str = ""  # the body field holding the text: input, content or prompt
     schema_format: str = ""  # how it takes a schema: "json_schema" or "json_object"
     notes: tuple[str, ...] = ()  # why a feature is off, one short phrase each
     probed_at: float = 0.0
 
-    FEATURES = ("tools", "tool_choice", "json_schema", "logprobs", "top_logprobs", "n",
-                "tokenize", "prefill")  # fmt: skip
+    FEATURES = ("tools", "tool_choice", "tool_required", "json_schema", "logprobs",
+                "top_logprobs", "n", "tokenize", "prefill")  # fmt: skip
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -179,7 +185,17 @@ async def _tool_choice(send: Send, r: _Result) -> None:
     )
     r.found["tool_choice"] = _tool_call_ok(response)
     if not r.found["tool_choice"]:
-        r.notes.append("tool_choice: a forced call did not come back")
+        r.notes.append("tool_choice: a call forced by name did not come back")
+
+
+async def _tool_required(send: Send, r: _Result) -> None:
+    response = await send(
+        "tool_required", TOOL_ASK, tools=[TOOL], tool_choice="required", max_tokens=96,
+        temperature=0,
+    )  # fmt: skip
+    r.found["tool_required"] = _tool_call_ok(response)
+    if not r.found["tool_required"]:
+        r.notes.append('tool_required: tool_choice "required" brought no call')
 
 
 SCHEMA = {
@@ -206,7 +222,12 @@ async def _json_schema(send: Send, r: _Result) -> None:
     for shape in ("json_schema", "json_object"):
         fmt = response_format(shape, "probe", SCHEMA)
         try:
-            response = await send("json_schema", ask, response_format=fmt, max_tokens=24)
+            # greedy, and room for the whitespace a grammar allows between the tokens (24
+            # tokens ended some answers mid-object)
+            response = await send(
+                "json_schema", ask, response_format=fmt, max_tokens=SCHEMA_PROBE_TOKENS,
+                temperature=0,
+            )  # fmt: skip
         except _Refused:
             continue
         message = _message(response)
@@ -226,7 +247,9 @@ async def _logprobs(send: Send, r: _Result) -> None:
     for top in (20, 5, 0):
         extra = {"top_logprobs": top} if top else {}
         try:
-            response = await send("logprobs", ask, logprobs=True, max_tokens=1, **extra)
+            response = await send(
+                "logprobs", ask, logprobs=True, max_tokens=1, temperature=0, **extra
+            )
         except _Refused:
             continue
         choices = getattr(response, "choices", None) or []
@@ -243,7 +266,7 @@ async def _logprobs(send: Send, r: _Result) -> None:
 
 async def _n(send: Send, r: _Result) -> None:
     ask = [{"role": "user", "content": "Say yes."}]
-    response = await send("n", ask, n=2, max_tokens=1)
+    response = await send("n", ask, n=2, max_tokens=1, temperature=0)
     r.found["n"] = len(getattr(response, "choices", None) or []) == 2
     if not r.found["n"]:
         r.notes.append("n: one choice came back for two")
@@ -258,9 +281,12 @@ async def _prefill(send: Send, r: _Result) -> None:
         {"role": "assistant", "content": PREFILL_START},
     ]
     extra = {"continue_final_message": True, "add_generation_prompt": False}
-    response = await send("prefill", ask, max_tokens=4, temperature=0, extra_body=extra)
+    response = await send("prefill", ask, max_tokens=8, temperature=0, extra_body=extra)
     text = (getattr(_message(response), "content", None) or "").strip()
-    r.found["prefill"] = text.startswith("7")
+    # llama.cpp's server answers the assistant's text and its continuation: that counts
+    echo = text.startswith(PREFILL_START) and text[len(PREFILL_START) :].strip().startswith("7")
+    r.found["prefill"] = text.startswith("7") or echo
+    r.found["prefill_echo"] = echo
     if not r.found["prefill"]:
         r.notes.append("prefill: the answer did not continue the assistant's text")
 
@@ -297,7 +323,8 @@ async def probe(llm: Any, timeout: float = PROBE_TIMEOUT) -> Capabilities:
             raise _Refused(str(e)) from e
 
     r = _Result()
-    steps = (_tools, _tool_choice, _json_schema, _logprobs, _n, _prefill)
+    await _server_props(llm, timeout, r)
+    steps = (_tools, _tool_choice, _tool_required, _json_schema, _logprobs, _n, _prefill)
     for step in steps:  # one after another: many local servers answer one request at a time
         name = step.__name__.lstrip("_")
         try:
@@ -310,6 +337,10 @@ async def probe(llm: Any, timeout: float = PROBE_TIMEOUT) -> Capabilities:
     return Capabilities(
         **found,
         source="probe",
+        prefill_echo=bool(r.found.get("prefill_echo")),
+        slots=int(r.found.get("slots") or 0),
+        max_n=int(r.found.get("slots") or 0),
+        context_window=int(r.found.get("context_window") or 0),
         tokenize_path=r.found.get("tokenize_path", ""),
         tokenize_field=r.found.get("tokenize_field", ""),
         schema_format=r.found.get("schema_format", ""),
@@ -324,26 +355,58 @@ def server_root(base_url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
+async def _server_get(llm: Any, path: str, timeout: float) -> Any:
+    """The JSON a GET of `path` (beside /v1) answers, or None."""
+    import httpx2
+
+    root = server_root(str(llm.client.base_url))
+    headers = {"Authorization": f"Bearer {llm.api_key}", PROBE_HEADER: path.strip("/")}
+    try:
+        answer = await llm.http.get(root + path, headers=headers, timeout=timeout)
+        return answer.json() if answer.status_code == 200 else None
+    except (httpx2.HTTPError, ValueError):
+        return None
+
+
+async def _server_props(llm: Any, timeout: float, r: _Result) -> None:
+    """What a llama.cpp server says of itself (GET /props): its parallel slots and each
+    slot's context window; vLLM's /v1/models says the window as max_model_len."""
+    props = await _server_get(llm, "/props", timeout)
+    if isinstance(props, dict):
+        slots = props.get("total_slots")
+        settings = props.get("default_generation_settings")
+        window = settings.get("n_ctx") if isinstance(settings, dict) else None
+        if isinstance(slots, int) and slots > 0:
+            r.found["slots"] = slots
+        if isinstance(window, int) and window > 0:
+            r.found["context_window"] = window
+        return
+    models = await _server_get(llm, "/v1/models", timeout)
+    rows = models.get("data") if isinstance(models, dict) else None
+    for row in rows if isinstance(rows, list) else ():
+        if isinstance(row, dict) and row.get("id") == llm.model:
+            window = row.get("max_model_len")
+            if isinstance(window, int) and window > 0:
+                r.found["context_window"] = window
+
+
 async def _tokenize(llm: Any, timeout: float, r: _Result) -> None:
     import httpx2
 
-    from daemon.backends.http_pools import ssl_context
-
     root = server_root(str(llm.client.base_url))
     headers = {"Authorization": f"Bearer {llm.api_key}", PROBE_HEADER: "tokenize"}
-    async with httpx2.AsyncClient(timeout=timeout, verify=ssl_context()) as http:
-        for path, key in TOKENIZE_PATHS:
-            body: dict[str, Any] = {key: "hello world"}
-            if key == "prompt":
-                body["model"] = llm.model
-            try:
-                answer = await http.post(root + path, json=body, headers=headers)
-                tokens = answer.json().get("tokens") if answer.status_code == 200 else None
-            except (httpx2.HTTPError, ValueError, AttributeError):
-                tokens = None
-            if isinstance(tokens, list) and tokens and all(isinstance(t, int) for t in tokens):
-                r.found.update(tokenize=True, tokenize_path=path, tokenize_field=key)
-                return
+    for path, key in TOKENIZE_PATHS:
+        body: dict[str, Any] = {key: "hello world"}
+        if key == "prompt":
+            body["model"] = llm.model
+        try:
+            answer = await llm.http.post(root + path, json=body, headers=headers, timeout=timeout)
+            tokens = answer.json().get("tokens") if answer.status_code == 200 else None
+        except (httpx2.HTTPError, ValueError, AttributeError):
+            tokens = None
+        if isinstance(tokens, list) and tokens and all(isinstance(t, int) for t in tokens):
+            r.found.update(tokenize=True, tokenize_path=path, tokenize_field=key)
+            return
     r.found["tokenize"] = False
     r.notes.append("tokenize: no endpoint found")
 

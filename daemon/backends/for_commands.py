@@ -74,10 +74,12 @@ class CommandBackend:
     why: str  # why this backend: "OPENAI_API_KEY is set", "no backend is configured", ...
     settings: Any
     daemon_url: str | None = None
+    uds: str | None = None  # the Unix socket of the embedded server started for the command
     server: Any = None  # the EmbeddedServer started for this command, once it is started
     _start: Callable[[], Any] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ready: bool = False
+    foreign: str | None = None  # why the daemon's port was refused: another user holds it
 
     @property
     def embedded(self) -> bool:
@@ -116,6 +118,7 @@ class CommandBackend:
             s["llm_timeout_secs"] if timeout is None else timeout,
             s["llm_max_retries"],
             model or self.model,
+            uds=self.uds,
         )
         llm.identity = self.identity
         llm.capability_overrides = s["backend_capabilities"]
@@ -123,7 +126,39 @@ class CommandBackend:
         if self._start is not None:
             llm.before_call = self._started
             llm.unreachable = self._unreachable
+        if self.kind == "daemon":
+            self._owner_checked(llm)
         return llm
+
+    def _owner_checked(self, llm: Any) -> None:
+        """Check every connection `llm` makes to the daemon, before a byte is sent, to be held
+        by a program of this user, as lmd's own clients check theirs (daemon/client.py): the
+        daemon may stop while the command runs, and another user's program take its port,
+        which would receive the daemon's token (the key here) and the user's words."""
+        import os
+
+        if os.environ.get("LMD_TOKEN"):
+            return  # the user chose the target (daemon.client skips the check too)
+        import httpcore2
+
+        from daemon.client import ForeignDaemon, check_owner
+
+        async def trace(event: str, info: dict) -> None:
+            if event != "connection.connect_tcp.complete":
+                return
+            stream = info["return_value"]
+            try:
+                check_owner(stream.get_extra_info("socket"))
+            except ForeignDaemon as e:
+                self.foreign = str(e)
+                await stream.aclose()
+                raise httpcore2.ConnectError(str(e)) from None
+
+        async def checked(request: Any) -> None:
+            request.extensions["trace"] = trace
+
+        llm.http.event_hooks["request"].append(checked)
+        llm.unreachable = lambda started=0.0: self.foreign
 
     async def _started(self) -> None:
         """Start the command's embedded server on its first request (from the event loop's
@@ -149,7 +184,7 @@ class CommandBackend:
             await asyncio.sleep(0.05)  # a process start: nothing to wait on but its port
         self._ready = True
 
-    def _unreachable(self) -> str | None:
+    def _unreachable(self, started: float = 0.0) -> str | None:
         server = self.server
         if server is not None and server.proc is not None and server.proc.poll() is not None:
             return f"The embedded model server stopped unexpectedly ({server.last_words()})."
@@ -191,7 +226,6 @@ def choose_command_backend(
         bundled_model_path,
         check_gguf,
         engine_missing,
-        free_port,
     )
 
     installed = engine_missing() is None and (
@@ -228,15 +262,16 @@ def choose_command_backend(
         path, n_ctx=settings["embedded_context"], n_threads=settings["embedded_threads"],
         alias=alias,
     )  # fmt: skip
-    server.port = free_port()  # known now: clients are made before it starts
+    server.folder()  # its private socket's path is known now: clients are made before it starts
 
     def start() -> Any:
         server.spawn()
         return server
 
     return CommandBackend(
-        "embedded", server.url, server.key, alias, identity, choice.why, settings, _start=start
-    )
+        "embedded", server.url, server.key, alias, identity, choice.why, settings,
+        uds=server.uds, _start=start,
+    )  # fmt: skip
 
 
 def _daemon_embedded(url: str | None, identity: str | None) -> tuple[str, str, dict] | None:

@@ -30,7 +30,14 @@ def ssl_context() -> ssl.SSLContext:
 class SpreadTransport(httpx2.AsyncBaseTransport):
     """`pools` httpx2.AsyncHTTPTransport pools sharing the connection limits."""
 
-    def __init__(self, pools: int = 32, max_connections: int = 256, keepalive: int = 64) -> None:
+    def __init__(
+        self,
+        pools: int = 32,
+        max_connections: int = 256,
+        keepalive: int = 64,
+        uds: str | None = None,
+    ) -> None:
+        """`uds`: connect every request to this Unix socket instead of the URL's host."""
         verify = ssl_context()  # one context for all pools, and all transports
         per_pool = httpx2.Limits(
             max_connections=max(1, -(-max_connections // pools)),
@@ -40,7 +47,7 @@ class SpreadTransport(httpx2.AsyncBaseTransport):
             keepalive_expiry=KEEPALIVE_SECS,
         )
         self.pools = [
-            httpx2.AsyncHTTPTransport(verify=verify, limits=per_pool) for _ in range(pools)
+            httpx2.AsyncHTTPTransport(verify=verify, limits=per_pool, uds=uds) for _ in range(pools)
         ]
         self.busy = [0] * pools
 

@@ -170,8 +170,16 @@ class ServerCounter:
     PAUSE_SECS = 10.0  # after a timeout, count without the server this long
 
     def __init__(
-        self, root: str, path: str, field: str, key: str, model: str, size: int = 4096
+        self,
+        root: str,
+        path: str,
+        field: str,
+        key: str,
+        model: str,
+        size: int = 4096,
+        uds: str | None = None,
     ) -> None:
+        """`uds`: the server's Unix socket, when it listens on one (the embedded model)."""
         from urllib.parse import urlsplit
 
         parts = urlsplit(root)
@@ -179,6 +187,7 @@ class ServerCounter:
         self.https = parts.scheme == "https"
         self.prefix = parts.path.rstrip("/")
         self.path, self.field, self.key, self.model = path, field, key, model
+        self.uds = uds
         self.cache: OrderedDict[bytes, int] = OrderedDict()
         self.size = size
         self._lock = threading.Lock()
@@ -230,7 +239,11 @@ class ServerCounter:
         data = json.dumps(body).encode()
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self.key}"}
         for attempt in (1, 2):  # a kept-alive connection the server closed: once more, new
-            if self._conn is None:
+            if self._conn is None and self.uds:
+                from daemon.backends.unix_http import UnixHTTPConnection
+
+                self._conn = UnixHTTPConnection(self.uds, timeout=self.TIMEOUT_SECS)
+            elif self._conn is None:
                 cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
                 self._conn = cls(self.host, self.port, timeout=self.TIMEOUT_SECS)
             try:

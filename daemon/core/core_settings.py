@@ -239,7 +239,7 @@ CORE_SETTINGS = [
         "embedded_context",
         8192,
         "int",
-        "Context size in tokens of the embedded model.",
+        "Context size in tokens of each conversation with the embedded model (each slot's).",
         min=256,
         max=1048576,
     ),
@@ -250,6 +250,15 @@ CORE_SETTINGS = [
         "CPU threads of the embedded model; 0 lets llama.cpp choose.",
         min=0,
         max=1024,
+    ),
+    Setting(
+        "embedded_slots",
+        0,
+        "int",
+        "Requests the embedded model answers at once (parallel slots, each holding "
+        "embedded_context tokens); 0 sizes them to the machine.",
+        min=0,
+        max=64,
     ),
     Setting(
         "action_protocol",
@@ -283,7 +292,7 @@ CORE_SETTINGS = [
         0,
         "int",
         "Requests a batch job (LM_SCORE over rows, SelectIT, the arena) sends at once; 0 "
-        "learns what the backend serves in parallel (4 until it knows).",
+        "learns what the backend serves in parallel (a llama.cpp server's slots, else 4).",
         min=0,
         max=256,
     ),
@@ -293,6 +302,7 @@ CORE_SETTINGS = [
         "bool",
         "Tell the model what a dictated request's words probably mean here (spoken "
         "punctuation, names in the repository and on PATH, lmd words) beside them.",
+        shapes=("prompt",),  # a hint in the model's instructions
     ),
     Setting(
         "default_prompt",

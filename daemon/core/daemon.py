@@ -16,7 +16,7 @@ from daemon.backends import tokens
 from daemon.backends.capabilities import CapabilityCache
 from daemon.backends.choice import choose_backend, embedded_model
 from daemon.backends.for_commands import embedded_identity
-from daemon.backends.llm import LLM, api_key, endpoint_from
+from daemon.backends.llm import LLM, api_key, endpoint_from, learned_window
 from daemon.backends.supervisor import Supervisor
 from daemon.core.directives import build_table
 from daemon.core.errors import LmdError
@@ -106,16 +106,19 @@ class Daemon:
         cache_key = (url, key, s["llm_timeout_secs"], s["llm_max_retries"], model)
         client = self._llms.get(cache_key)
         if client is None:
-            client = self._llms[cache_key] = LLM(*cache_key)
+            uds = embedded.uds if embedded is not None else None
+            client = self._llms[cache_key] = LLM(*cache_key, uds=uds)
             client.capability_cache = self.capability_cache()
             if embedded is not None:
                 client.before_call = embedded.wait_ready
-                client.unreachable = lambda url=url: embedded.unreachable(url)
-                # the model file, not the port: caches (capabilities, scores) follow the model
+                client.after_lost = embedded.wait_restarted
+                client.unreachable = embedded.unreachable
+                # the model file's bytes, not its path or the process: caches (capabilities,
+                # scores) follow the model
                 try:
                     client.identity = embedded_identity(embedded.model_path)
                 except OSError:  # no such file: the supervisor says so to every request
-                    client.identity = f"embedded:{embedded.model_path}"
+                    client.identity = embedded.identity
         client.capability_overrides = s["backend_capabilities"]
         client.batch_concurrency = s["batch_concurrency"]
         return client
@@ -125,15 +128,14 @@ class Daemon:
         of the model's context window where it is known (the embedded model's, or one a
         server stated when it refused a longer one), leaving room for the answer."""
         budget = settings["max_tokens"]
-        window = None
-
         if choose_backend(settings).embedded:
-            window = settings["embedded_context"]
+            # each of its slots holds embedded_context tokens, unless the server said less
+            embedded = self.embedded
+            said = learned_window(embedded.identity, embedded.alias) if embedded else None
+            window = min(said or settings["embedded_context"], settings["embedded_context"])
         else:
-            client = next(
-                (c for k, c in self._llms.items() if k[4] == settings["openai_model"]), None
-            )
-            window = client.context_window if client is not None else None
+            # learned by whichever client of this backend heard it (clients differ by timeout)
+            window = learned_window(endpoint_from(settings), settings["openai_model"])
         if window:
             budget = min(budget, max(1, int(window * 0.75)))
         return budget
@@ -143,7 +145,11 @@ class Daemon:
         if self.embedded is None:
             path, alias = embedded_model(settings)
             self.embedded = Supervisor(
-                path, settings["embedded_context"], settings["embedded_threads"], alias
+                path,
+                settings["embedded_context"],
+                settings["embedded_threads"],
+                alias,
+                slots=settings["embedded_slots"],
             )
             self.embedded.start()
         return self.embedded

@@ -28,3 +28,13 @@ class BackendError(LmdError):
 
     status = 502
     kind = "backend"
+
+
+class AnswerCut(BackendError):
+    """The backend stopped an answer after it began (the deadline, a lost connection, the
+    server's crash): `said` is the text it gave before, which the caller has already received
+    as chunks and keeps, marked as cut; the message says what happened."""
+
+    def __init__(self, message: str, said: str = "", **kwargs: object) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.said = said

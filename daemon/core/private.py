@@ -31,7 +31,13 @@ def server_token(home: Path, token_file: Path | None = None, environ=None) -> tu
     """(token, where it came from) for `lmd serve`; LMD_HOME/token holds it afterwards."""
     env = os.environ if environ is None else environ
     path = token_path(home)
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as e:  # another user's folder, a name that is a file's
+        raise LmdError(
+            f"I cannot make lmd's home {home} ({e.strerror}); give lmd a directory of your "
+            "own with --home or LMD_HOME."
+        ) from None
     if token_file is not None:
         token, source = read_token_file(Path(token_file)), f"the file {token_file}"
     elif env.get("LMD_TOKEN"):
@@ -120,8 +126,8 @@ def secure_home(home: Path) -> list[str]:
     fixed: list[str] = []
     try:
         info = home.stat()
-    except FileNotFoundError:
-        return fixed
+    except (FileNotFoundError, NotADirectoryError):
+        return fixed  # not made yet (making it says why it cannot be)
     if info.st_uid != os.geteuid():
         raise LmdError(
             f"{home} belongs to another user (uid {info.st_uid}); lmd keeps private history "

@@ -216,9 +216,17 @@ class Store:
         self.path = Path(path)
         # History holds what the user said and what commands printed: private to the user.
         # SQLite gives the -wal and -shm files the database file's mode.
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if str(path) != ":memory:" and not self.path.exists():
-            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if str(path) != ":memory:" and not self.path.exists():
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+        except OSError as e:  # a home lmd cannot make (another user's folder, a file's name)
+            from daemon.core.errors import LmdError
+
+            raise LmdError(
+                f"I cannot make lmd's database {self.path} ({e.strerror}); give lmd a "
+                "directory of your own with --home or LMD_HOME."
+            ) from None
         # The daemon touches SQLite from the event loop and from worker threads; sqlite itself
         # is threadsafe, and `lock` serialises our multi-statement writes.
         conn = sqlite3.connect(

@@ -176,6 +176,10 @@ class Applier:
             there = existing(fd, name)
             if there is not None and stat.S_ISDIR(there.st_mode):
                 raise Blocked("a folder is there now")
+            # Other users never gain write access through a command: group and other write
+            # bits only where the file had them (a group's shared checkout). `chmod 666` once
+            # let another local user write the user's code.
+            mode &= 0o7755 | (stat.S_IMODE(there.st_mode) & 0o022 if there else 0)
             self._owned(source, there, mode)
             if there is not None:
                 self._aside(fd, name, rel)

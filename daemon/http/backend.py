@@ -12,6 +12,7 @@ async def describe(request: Request, fresh: bool = False) -> dict:
     daemon = request.app.state.daemon
     llm = daemon.llm()
     caps = await llm.capabilities(fresh=fresh)
+    engine = daemon.embedded.state() if daemon.embedded is not None else None
     return {
         "endpoint": shown_url(llm.url),
         "model": llm.model,
@@ -21,6 +22,9 @@ async def describe(request: Request, fresh: bool = False) -> dict:
         "tokenize_path": caps.tokenize_path,
         "notes": list(caps.notes),
         "probed_at": caps.probed_at,
+        "slots": caps.slots,
+        "context_window": llm.context_window,
+        "engine": engine,  # the embedded model's server: running, starting or down, and why
     }
 
 

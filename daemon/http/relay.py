@@ -10,6 +10,7 @@ private key (which never leaves the daemon). Like every route but /healthz, owne
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import httpx2
@@ -63,7 +64,11 @@ async def relay(request: Request) -> Response:
         url += "?" + request.url.query
     headers = {h: request.headers[h] for h in FORWARDED if h in request.headers}
     headers["authorization"] = f"Bearer {sup.key}"
-    client = httpx2.AsyncClient(timeout=httpx2.Timeout(None, connect=10.0))
+    started = time.monotonic()
+    client = httpx2.AsyncClient(
+        timeout=httpx2.Timeout(None, connect=10.0),
+        transport=httpx2.AsyncHTTPTransport(uds=sup.uds),  # the server's private socket
+    )
     sending = asyncio.ensure_future(
         client.send(client.build_request(request.method, url, content=body, headers=headers),
                     stream=True)
@@ -85,7 +90,7 @@ async def relay(request: Request) -> Response:
     except httpx2.HTTPError:
         await client.aclose()
         raise BackendError(
-            sup.unreachable(sup.url)
+            sup.unreachable(started)
             or "The embedded model server did not answer; try again in a moment."
         ) from None
 

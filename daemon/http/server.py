@@ -16,7 +16,7 @@ from hypercorn.config import Config
 
 from daemon.backends import tokens
 from daemon.backends.choice import choose_backend, embedded_model
-from daemon.backends.embedded import engine_missing
+from daemon.backends.embedded import engine_missing, engine_version
 from daemon.backends.llm import endpoint_from, shown_url
 from daemon.core.errors import LmdError
 from daemon.core.home import default_home
@@ -109,7 +109,7 @@ def backend_state(settings) -> str:
     if missing:
         return f"the embedded model ({choice.why}), but: {missing}"
     return (
-        f"the embedded model {alias} ({path.name}, on llama-cpp-python; {choice.why}). It is "
+        f"the embedded model {alias} ({path.name}, on {engine_version()}; {choice.why}). It is "
         "small: for better answers set embedded_model_path to a bigger GGUF file, or point "
         "openai_chat_endpoint (or OPENAI_BASE_URL) at any OpenAI-compatible server."
     )

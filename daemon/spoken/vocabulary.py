@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import stat
 import subprocess
 import time
 from dataclasses import dataclass
@@ -130,18 +131,21 @@ def _files(top: str) -> list[str]:
 
 
 def _git_dir(cwd: str) -> str | None:
-    """The .git folder of the repository `cwd` is in (a worktree's `.git` file followed)."""
+    """The .git folder of the repository `cwd` is in (a worktree's `.git` file followed), when
+    the repository is the user's as git's safe.directory decides (daemon.agent.memory): another
+    user's repository above the working directory (a /tmp/.git, a shared checkout) would
+    otherwise put its branch names, their words, in the model's instructions."""
+    from daemon.agent.memory import git_trusts
+
     here = os.path.abspath(cwd)
     while True:
         dot_git = os.path.join(here, ".git")
+        if os.path.lexists(dot_git) and not git_trusts(os.path.realpath(here))[0]:
+            return None
         if os.path.isdir(dot_git):
             return dot_git
         if os.path.isfile(dot_git):
-            try:
-                with open(dot_git, encoding="utf-8") as f:
-                    line = f.readline().strip()
-            except OSError:
-                return None
+            line = _read_file(dot_git, 4096).partition("\n")[0].strip()
             if line.startswith("gitdir:"):
                 return os.path.join(here, line.removeprefix("gitdir:").strip())
             return None
@@ -151,20 +155,37 @@ def _git_dir(cwd: str) -> str | None:
         here = parent
 
 
+def _read_file(path: str, most: int) -> str:
+    """The start of a regular file ("" for anything else): opened without blocking or
+    following a link, so a named pipe planted in a repository cannot make lmd wait forever."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return os.read(fd, most).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
 def _branches(git_dir: str) -> list[str]:
-    """Local branch names, from refs/heads and packed-refs (as files, not through git)."""
+    """Local branch names, from refs/heads and packed-refs (as files, not through git; a
+    refs/heads that is a link to elsewhere is not followed, and at most MOST_REPO_NAMES)."""
     found: set[str] = set()
     heads = os.path.join(git_dir, "refs", "heads")
-    for here, _, files in os.walk(heads):
-        found.update(os.path.relpath(os.path.join(here, f), heads) for f in files)
-    try:
-        with open(os.path.join(git_dir, "packed-refs"), encoding="utf-8") as f:
-            for line in f:
-                ref = line.strip().split(" ", 1)[-1]
-                if ref.startswith("refs/heads/"):
-                    found.add(ref.removeprefix("refs/heads/"))
-    except OSError:
-        pass
+    if os.path.isdir(heads) and not os.path.islink(heads):
+        for here, _, files in os.walk(heads):
+            found.update(os.path.relpath(os.path.join(here, f), heads) for f in files)
+            if len(found) >= MOST_REPO_NAMES:
+                break
+    for line in _read_file(os.path.join(git_dir, "packed-refs"), 8 << 20).splitlines():
+        ref = line.strip().split(" ", 1)[-1]
+        if ref.startswith("refs/heads/") and len(found) < MOST_REPO_NAMES:
+            found.add(ref.removeprefix("refs/heads/"))
     return sorted(found)[:MOST_REPO_NAMES]
 
 

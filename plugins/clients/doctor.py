@@ -270,6 +270,33 @@ def check_capabilities(environ: dict) -> Finding | None:
     )
 
 
+def check_engine(environ: dict) -> Finding | None:
+    """The running daemon's embedded model server: serving, starting, or down (crashing, or
+    a model it cannot load) with why, if a daemon answers and runs one."""
+    from daemon.api import daemon_url
+
+    url = daemon_url(environ.get("LMD_URL"))
+    status, data, _ = _http_json(url + "/backend", environ.get("LMD_TOKEN") or "", 30.0)
+    engine = data.get("engine") if status == 200 and isinstance(data, dict) else None
+    if not isinstance(engine, dict):
+        return None
+    slots = f"{engine.get('slots')} slots of {engine.get('context_per_slot')} tokens"
+    restarts = engine.get("restarts") or 0
+    again = f"; restarted {restarts} times since the daemon started" if restarts else ""
+    if engine.get("status") == "running":
+        said = f"{engine.get('engine')} is running ({slots}{again})."
+        return Finding("engine", WARN if restarts else OK, said)
+    if engine.get("status") == "starting":
+        return Finding("engine", WARN, f"{engine.get('engine')} is starting{again}.")
+    last = engine.get("last_words") or "it said nothing"
+    return Finding(
+        "engine",
+        FAIL,
+        f"{engine.get('why_down')} It has failed {engine.get('failures_in_a_row')} times in a row; "
+        f"its last words: {last}.",
+    )
+
+
 def check_tokenizer(model: str) -> Finding:
     name = tokens.tokenizer_name(model)
     if name.startswith("tiktoken"):
@@ -467,9 +494,13 @@ def run_checks(home: Path, offline: bool = False, environ: dict | None = None) -
     findings.append(check_token(home, env))
     if not offline:
         findings.append(check_daemon(env))
-        capabilities = check_capabilities(env) if findings[-1].status == OK else None
+        running = findings[-1].status == OK
+        capabilities = check_capabilities(env) if running else None
         if capabilities is not None:
             findings.append(capabilities)
+        engine = check_engine(env) if running else None
+        if engine is not None:
+            findings.append(engine)
         if settings_ok:
             findings.append(check_commands(settings, env))
     return findings

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
+import stat
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -260,11 +261,15 @@ SNAPSHOT_BYTES, SNAPSHOT_TOTAL = 32 * 1024, 256 * 1024
 
 
 def _text(path: str) -> str | None:
-    """A build file's text when it is small UTF-8 text and no symbolic link (a link could name
-    a secret outside the repository), else None."""
+    """A build file's text when it is small UTF-8 text in a regular file, not a symbolic link
+    (a link could name a secret outside the repository) nor a named pipe (opening one waits
+    for a writer: a Makefile swapped for a pipe before the yes once hung the answer), else
+    None."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
             data = f.read(SNAPSHOT_BYTES + 1)
         return None if len(data) > SNAPSHOT_BYTES else data.decode("utf-8")
     except (OSError, UnicodeDecodeError):

@@ -16,7 +16,12 @@ _GIT_ENV = {"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
 # cobol's own git calls run without asking, so a repository must not make them run its code:
 # core.fsmonitor runs on status, diff and ls-files, filter drivers (.gitattributes) on status,
 # diff and apply, hooks on commit. These switch all of that off for our calls.
-_SAFE_GIT = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
+_SAFE_GIT = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
+             "-c", "submodule.recurse=false")  # fmt: skip
+# diff and status ask each submodule whether it is dirty by running git in it, which reads the
+# submodule's own configuration (its filter drivers are not among the ones neutralised here);
+# the option, unlike diff.ignoreSubmodules, cannot be undone by .gitmodules' `ignore`.
+_LOOK_INTO_SUBMODULES = ("diff", "status")  # given --ignore-submodules=all
 
 
 async def _run_git(
@@ -66,6 +71,8 @@ async def git_split(
     for driver in sorted(drivers):
         for key, value in (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false")):
             neutral += ["-c", f"{driver}.{key}={value}"]
+    if args and args[0] in _LOOK_INTO_SUBMODULES:
+        args = (args[0], "--ignore-submodules=all", *args[1:])
     return await _run_git(repo, [*_SAFE_GIT, *neutral, *args], stdin, env, split)
 
 

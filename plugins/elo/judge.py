@@ -60,17 +60,25 @@ SCORE_2 = re.compile(_SCORE.format(n="2"), re.IGNORECASE)
 EXPLANATION = re.compile(r"brief\s+explanation\s*[*_]*\s*:?\s*[*_]*\s*", re.IGNORECASE)
 # Where the server can hold the answer to a JSON schema, the verdict comes as an object with
 # the seed's three parts; the scores come first, so an explanation cut at max_tokens still
-# leaves them readable (they are read by name, not by parsing the whole object).
-VERDICT_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "score_of_model_1": {"enum": [0, 0.5, 1]},
-        "score_of_model_2": {"enum": [0, 0.5, 1]},
-        "brief_explanation": {"type": "string"},
-    },
-    "required": ["score_of_model_1", "score_of_model_2", "brief_explanation"],
-    "additionalProperties": False,
-}
+# leaves them readable (they are read by name, not by parsing the whole object). Only the
+# seed's four score pairs are on offer (VERDICTS): each score free, llama-server's greedy
+# SmolLM2 wrote 1 and 0.5, which names no winner.
+
+
+def _verdict(one: float, two: float) -> dict:
+    return {
+        "type": "object",
+        "properties": {
+            "score_of_model_1": {"const": one},
+            "score_of_model_2": {"const": two},
+            "brief_explanation": {"type": "string"},
+        },
+        "required": ["score_of_model_1", "score_of_model_2", "brief_explanation"],
+        "additionalProperties": False,
+    }
+
+
+VERDICT_SCHEMA = {"anyOf": [_verdict(1, 0), _verdict(0, 1), _verdict(0.5, 0.5), _verdict(0, 0)]}
 _JSON_SCORE = r'"score_of_model_{n}"\s*:\s*(0\.5|0|1)(?![0-9.])'
 JSON_SCORE_1 = re.compile(_JSON_SCORE.format(n="1"))
 JSON_SCORE_2 = re.compile(_JSON_SCORE.format(n="2"))

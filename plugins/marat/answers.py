@@ -17,6 +17,7 @@ from daemon.api import (
     Unmodelled,
     match_name,
     plural,
+    quoted_name,
     rules,
     simple_commands,
     spoken_number,
@@ -345,10 +346,14 @@ async def about_command(ctx: Any, command: str, asked: str) -> str:
         return f"I could not ask the model about it: {e.message}"
     if not text:
         return "The model had no answer to that."
+    # The model's words inside lmd's reply: on one line and quoted, invisible characters
+    # written out, so no part of it reads as lmd's own question ("I am about to run: ls. Say
+    # yes"); lmd's question follows it.
+    text, cut = " ".join(text.split()), ""
     if len(text) > ABOUT_MOST_CHARS:
-        cut = len(text) - ABOUT_MOST_CHARS
-        text = text[:ABOUT_MOST_CHARS].rsplit(" ", 1)[0] + f"... ({plural(cut, 'character')} cut)"
-    return f"The model says: {text}"
+        cut = f" ({plural(len(text) - ABOUT_MOST_CHARS, 'character')} cut)"
+        text = text[:ABOUT_MOST_CHARS].rsplit(" ", 1)[0] + "..."
+    return f"The model says: {quoted_name(text, ABOUT_MOST_CHARS + 3)}{cut}"
 
 
 def held(heard: Any, asked_again: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from daemon.api import CommandResult, Context, staged_writes
+from daemon.api import CommandResult, Context, quoted_name, staged_writes
 
 MAX_NAMED = 8  # more held places than a listener can weigh: none is offered, all are dropped
 _UNDO = re.compile(
@@ -52,7 +52,7 @@ def held_question(ctx: Context, result: CommandResult, rule_id: int | None) -> t
     roots = settled.held_roots()
     rule = f"your rule {rule_id}" if rule_id else "its rule"
     if len(roots) > MAX_NAMED:
-        named = ", ".join(list(roots)[:3])
+        named = ", ".join(quoted_name(p) for p in list(roots)[:3])
         staged_writes.drop_held(settled.dir, list(roots))
         return (
             f"The last command also wrote in {len(roots)} places that {rule} does not cover "
@@ -60,7 +60,12 @@ def held_question(ctx: Context, result: CommandResult, rule_id: int | None) -> t
             "again and say yes to it.",
             [],
         )
-    places = [f"{place} ({staged_writes.reason(why, place)})" for place, (why, _) in roots.items()]
+    # A place's name is the command's (the model's) choice: quoted inside lmd's sentence, so
+    # no name speaks for lmd (".notes. It only reads; say yes").
+    places = [
+        f"{quoted_name(place)} ({staged_writes.reason(why, place)})"
+        for place, (why, _) in roots.items()
+    ]
     question = (
         f"The last command ran under {rule}, and also wrote what the rule does not cover: "
         f"{'; '.join(places)}. I kept those apart. Say yes to apply exactly those, or no to "
@@ -78,12 +83,13 @@ def answer(ctx: Context, pending: dict, yes: bool) -> str:
     """The user's yes (apply exactly the places asked about) or no (drop them)."""
     stage = pending["staged"]
     places = list(stage["places"])
+    named = ", ".join(quoted_name(p) for p in places)
     if not yes:
         staged_writes.drop_held(stage["dir"], places)
-        return f"All right, I dropped what it wrote in {', '.join(places)}."
+        return f"All right, I dropped what it wrote in {named}."
     done = staged_writes.apply_held(stage["dir"], places)
     ctx.extra["staged_applied"] = [c.path for c in done.applied]
-    said = f"I applied what it wrote in {', '.join(places)}."
+    said = f"I applied what it wrote in {named}."
     if done.failed:
         said += f" Not all of it: {'; '.join(done.failed[:3])}."
     return said

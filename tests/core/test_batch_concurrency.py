@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-from daemon.backends.concurrency import UNLEARNT
+from daemon.backends.concurrency import DEFAULT_CONCURRENCY as UNLEARNT
 from tests.daemons import configure, lmd_in_process
 from tests.fake_backend import Reply
 

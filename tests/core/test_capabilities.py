@@ -21,10 +21,16 @@ def test_a_text_only_server_shows_no_tools_and_no_schema(backend):
     assert "tools: answered without a tool call" in caps.notes
     assert backend.requests == [] and backend.probes  # probes are not scripted traffic
     sent = {r.headers["X-Lmd-Probe"] for r in backend.probes}
-    assert sent == {"tools", "tool_choice", "json_schema", "logprobs", "n", "prefill", "tokenize"}
-    # nothing a probe sends is retried or long
+    assert sent == {"tools", "tool_choice", "tool_required", "json_schema", "logprobs", "n",
+                    "prefill", "tokenize", "props", "v1/models"}  # fmt: skip
+    # nothing a probe sends is retried or long, and every answer is greedy (the same answer
+    # on every probe of the same server)
     chat = [r.body for r in backend.probes if isinstance(r.body, dict) and "messages" in r.body]
     assert all(b["max_tokens"] <= 96 for b in chat)
+    assert all(b.get("temperature") == 0 for b in chat)
+    # the schema probe leaves room for the whitespace a grammar allows
+    schema = [b for b in chat if "response_format" in b]
+    assert schema and all(b["max_tokens"] >= 64 for b in schema)
 
 
 def test_a_full_server_is_seen_whole(backend):
@@ -70,7 +76,9 @@ def test_a_probe_that_times_out_falls_back_to_text_and_is_not_kept(backend):
     assert first.source == "assumed" and not first.tools and not first.json_schema
     assert "the probe failed" in first.notes[0]
     assert again.source == "assumed" and kept is None
-    assert len(backend.probes) == 1  # one timed-out request, then nothing until retry_after
+    # one timed-out request (after the quick GET /props and /v1/models), then nothing until
+    # retry_after
+    assert len([p for p in backend.probes if p.method == "POST"]) == 1
 
 
 def test_the_daemon_probes_once_and_keeps_it_across_restarts(home, backend):
@@ -82,7 +90,7 @@ def test_the_daemon_probes_once_and_keeps_it_across_restarts(home, backend):
         assert first == second and first["model"] == "fake-model"
         assert first["capabilities"]["n"] is True and first["source"] == "probe"
         count = len(backend.probes)
-        assert count >= 7
+        assert count >= 10
     finally:
         d.stop()
     d = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
@@ -135,16 +143,38 @@ def test_the_cli_says_when_no_daemon_runs():
     assert r.returncode == 1 and "lmd serve" in r.stderr
 
 
-def test_the_real_server_shows_what_llama_cpp_python_does(real_model):
-    """llama-cpp-python 0.3.36: forced tool calls and schemas in its own json_object shape,
-    logprobs with 20 alternatives and a tokenize endpoint; no tool calls on its own, no n, no
-    prefill. (Protocol facts of the server, not the model's quality.)"""
+def test_the_embedded_engine_shows_what_llama_server_does(real_model):
+    """llama.cpp's llama-server: schemas in OpenAI's json_schema shape, logprobs with 20
+    alternatives, n, prefill (its answer repeats the assistant's text, then goes on), a
+    tokenize endpoint, and what it says of itself: its slots and each slot's window. No tool
+    calls for a model whose chat template has no tools (SmolLM2's), in any tool_choice form.
+    (Protocol facts of the server, not the model's quality.) Probed twice: the same."""
     caps = run_probe(real_model.url, real_model.alias, real_model.key, timeout=60)
+    again = run_probe(real_model.url, real_model.alias, real_model.key, timeout=60)
+    assert (caps.tools, caps.tool_choice, caps.tool_required) == (False, False, False)
+    assert caps.json_schema and caps.schema_format == "json_schema"
+    assert caps.logprobs and caps.top_logprobs == 20
+    assert caps.tokenize and caps.tokenize_path == "/tokenize"
+    assert caps.n and caps.prefill and caps.prefill_echo
+    assert caps.slots == real_model.n_slots and caps.max_n == real_model.n_slots
+    assert caps.context_window == real_model.n_ctx
+    features = ("tools", "tool_choice", "tool_required", "json_schema", "logprobs",
+                "top_logprobs", "n", "tokenize", "prefill", "prefill_echo", "slots")  # fmt: skip
+    assert [getattr(caps, f) for f in features] == [getattr(again, f) for f in features]
+
+
+def test_the_other_server_shows_what_llama_cpp_python_does(python_server):
+    """llama-cpp-python 0.3.36's server, the other llama.cpp server: forced tool calls by
+    name and schemas in its own json_object shape, logprobs with 20 alternatives and a tokenize
+    endpoint; no tool calls on its own, no n, no prefill, no slots said."""
+    s = python_server
+    caps = run_probe(s.url, s.alias, s.key, timeout=60)
     assert caps.tool_choice and not caps.tools
     assert caps.json_schema and caps.schema_format == "json_object"
     assert caps.logprobs and caps.top_logprobs == 20
     assert caps.tokenize and caps.tokenize_path == "/extras/tokenize"
     assert not caps.n and not caps.prefill
+    assert caps.slots == 0 and caps.context_window == 0
 
 
 def _get(url: str) -> bytes:
@@ -167,3 +197,22 @@ def _put(url: str, value: str) -> bytes:
     req = urllib.request.Request(url, value.encode(), method="PUT")
     with urllib.request.urlopen(req, timeout=60) as r:
         return r.read()
+
+
+def test_batch_concurrency_is_the_setting_else_the_server_s_slots(backend, real_model):
+    """How many requests a batch job keeps in flight: the batch_concurrency setting when set,
+    else the slots the server says it has (llama-server: --parallel), else 8."""
+    from daemon.backends.concurrency import DEFAULT_CONCURRENCY, batch_concurrency
+
+    async def width(url, key, model, override=0):
+        llm = LLM(url, key, 60, 0, model)
+        llm.batch_concurrency = override
+        try:
+            return await batch_concurrency(llm)
+        finally:
+            await llm.close()
+
+    assert asyncio.run(width(backend.url, "k", "fake-model")) == DEFAULT_CONCURRENCY  # says none
+    assert asyncio.run(width(backend.url, "k", "fake-model", override=3)) == 3
+    found = asyncio.run(width(real_model.url, real_model.key, real_model.alias))
+    assert found == real_model.n_slots == 2

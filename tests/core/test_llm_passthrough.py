@@ -89,6 +89,7 @@ def test_stream_sends_stream_true_and_yields_the_words(backend):
         "messages": MESSAGES[:1],
         "temperature": 0.5,
         "stream": True,
+        "stream_options": {"include_usage": True},  # the server's own usage, where it has one
     }
 
 

@@ -183,6 +183,8 @@ TURNS = [
     ("dali", "dali tell me about rivers"),
     ("marat", "marat list the files here"),
     ("cobol", "cobol add a docstring to add in app.py"),
+    # dictated: lmd adds a hint beside the words (spoken punctuation, names here)
+    ("dictated", "marat show me app dot pie"),
 ]
 
 

@@ -511,6 +511,42 @@ def test_an_ordinary_users_command_is_bounded_as_a_whole_without_a_cgroup(reques
 
 
 @pytest.mark.bwrap
+def test_the_watch_counts_the_sandboxs_own_tmp_never_the_machines():
+    """The bug: sampled while bwrap was still setting up (its child forked, its mounts not yet
+    made), the sandbox's "private /tmp" was the machine's /tmp, and its whole disk counted: an
+    ordinary user's `mkdir build` was ended for holding "more than 2048 MiB" (24 of 30 starts
+    sampled every millisecond here, before the fix)."""
+    import asyncio
+    import tempfile
+
+    from daemon.execution.sandbox import memory
+
+    with tempfile.NamedTemporaryFile(dir="/tmp") as held:  # the machine's /tmp holds something
+        held.write(b"x" * (8 << 20))
+        held.flush()
+        os.fsync(held.fileno())
+        assert memory.tmpfs_bytes(os.getpid()) == 0  # a process outside any sandbox
+
+        async def peak() -> int:
+            proc = await asyncio.create_subprocess_exec(
+                "bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/",
+                "--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc",
+                "sh", "-c", "head -c 1048576 /dev/zero > /tmp/one; sleep 0.2",
+            )  # fmt: skip
+            most = 0
+            while proc.returncode is None:
+                most = max(most, memory.command_bytes(proc.pid)[0])
+                try:
+                    await asyncio.wait_for(proc.wait(), 0.001)
+                except TimeoutError:
+                    pass
+            return most
+
+        peaks = [asyncio.run(peak()) for _ in range(10)]
+    assert max(peaks) < 64 << 20, peaks  # a shell, head and 1 MiB in its own /tmp
+
+
+@pytest.mark.bwrap
 def test_timeout_kills_everything_in_the_sandbox(tmp_path):
     marker = "31.4159265"
     r = run(f"sleep {marker} & setsid sleep {marker} & nohup sleep {marker} & sleep 30", tmp_path,
@@ -623,3 +659,27 @@ def test_cgroups_of_dead_daemons_are_removed(tmp_path):
     (tmp_path / "other").mkdir()
     cgroups._remove_orphans(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, young.name, "other"])
+
+
+def test_scratch_folders_go_where_the_unprivileged_user_may_pass(tmp_path, monkeypatch):
+    """As root, sandboxed commands (and the sandbox's own probe) run as nobody: a private
+    TMPDIR (0700) would shut it out of lmd's scratch folders, so they go to /tmp instead."""
+    from daemon.execution.sandbox import detection
+
+    private = tmp_path / "private-tmp"
+    private.mkdir(mode=0o700)
+    monkeypatch.setenv("TMPDIR", str(private))
+    monkeypatch.setattr(detection.tempfile, "tempdir", None)  # read TMPDIR again
+    try:
+        if os.geteuid() != 0:
+            assert detection.scratch_parent() is None  # the user's own TMPDIR is fine
+        else:
+            assert detection.scratch_parent() == "/tmp"
+            private.chmod(0o711)
+            opened = [p for p in (private, *private.parents) if p != Path("/")]
+            for p in opened:
+                p.chmod(p.stat().st_mode | 0o001)
+            assert detection.scratch_parent() == str(private)
+    finally:
+        monkeypatch.undo()
+        detection.tempfile.tempdir = None

@@ -10,7 +10,8 @@ checked by a list and a bounded walk", and issue 36's root journey):
 - a planted `__pycache__/*.pyc` beside an unchanged .py never reaches the project (the user's
   next python3 runs the source);
 - a nested .git planted after 20,001 of 100,000 files in one command is held;
-- renaming a protected tree's parent never deletes the nested repository or conftest.py.
+- renaming a protected tree's parent never deletes the nested repository or conftest.py;
+- `chmod 666 app.py` under a rule never lets another local user write the project.
 """
 
 from __future__ import annotations
@@ -182,20 +183,20 @@ def test_a_rule_made_by_voice_writes_the_project_and_asks_about_the_rest(world):
     body = world.say("marat set up the tools", proj)
     question = body["reply"]
     assert body["pending"]["command"] == "apply: conftest.py, tools/.git", question
-    assert "does not cover: conftest.py (a file that build, test" in question
-    assert "tools/.git (a dotfile or configuration folder" in question
+    assert 'does not cover: "conftest.py" (a file that build, test' in question
+    assert '"tools/.git" (a dotfile or configuration folder' in question
     assert question.endswith("Say yes to apply exactly those, or no to drop them.")
     assert (proj / "ok.txt").exists() and not (proj / "tools" / ".git").exists()
     assert (proj / "conftest.py").read_text() == "# the user's\n"
     body = world.say("no", proj)
-    assert body["reply"] == "All right, I dropped what it wrote in conftest.py, tools/.git."
+    assert body["reply"] == 'All right, I dropped what it wrote in "conftest.py", "tools/.git".'
     assert (proj / "conftest.py").read_text() == "# the user's\n"
 
     b.queue(action(planting), final("Set up."))
     body = world.say("marat set up the tools again", proj)
     assert body["pending"]["command"] == "apply: conftest.py, tools/.git"
     body = world.say("yes", proj)
-    assert body["reply"].startswith("I applied what it wrote in conftest.py, tools/.git.\n")
+    assert body["reply"].startswith('I applied what it wrote in "conftest.py", "tools/.git".\n')
     assert (proj / "tools" / ".git" / "hooks" / "pre-commit").exists()
     touched = os.stat(proj / "conftest.py").st_mtime_ns  # touch: its time is the staged one
 
@@ -275,7 +276,7 @@ def test_a_repository_planted_after_twenty_thousand_of_100000_files_is_held(worl
     world.backend.queue(action("make files"))
     body = world.say("marat make the files", proj, session="many")
     assert body["pending"]["command"] == "apply: many/zz/.git", body["reply"]
-    assert "many/zz/.git (a dotfile or configuration folder" in body["reply"]
+    assert '"many/zz/.git" (a dotfile or configuration folder' in body["reply"]
     names = os.listdir(proj / "many")
     assert len(names) == 100001 and "zz" in names  # 100,000 files, and zz (its .git held)
     assert not (proj / "many" / "zz" / ".git").exists()
@@ -291,7 +292,7 @@ def test_renaming_a_protected_trees_parent_never_deletes_it(world):
     world.backend.queue(action("mv sub sub2"))
     body = world.say("marat rename sub", proj, session="mv")
     question = body["reply"]
-    assert "sub (removing it would remove sub/conftest.py, sub/nested/.git)" in question
+    assert '"sub" (removing it would remove sub/conftest.py, sub/nested/.git)' in question
     assert "sub2/conftest.py" in question and "sub2/nested/.git" in question
     assert (proj / "sub" / "nested" / ".git" / "HEAD").is_file()
     assert (proj / "sub" / "conftest.py").read_text() == "# nested\n"
@@ -299,3 +300,96 @@ def test_renaming_a_protected_trees_parent_never_deletes_it(world):
     world.say("no", proj, session="mv")
     assert (proj / "sub" / "nested" / ".git" / "HEAD").is_file()
     assert (proj / "sub" / "conftest.py").read_text() == "# nested\n"
+
+
+def test_a_rule_run_command_never_lets_other_users_write_the_project(world):
+    """The attack: `chmod 666 app.py`, `chmod o+w` on a new file, under a rule. lmd applied
+    the staged mode as it was, so another local user could write the user's code (and the
+    user's next `python3 app.py` ran theirs). Group and other write bits are kept only where
+    the file had them before (a group's shared checkout)."""
+    proj = world.project()
+    (proj / "shared.txt").write_text("s\n")
+    (proj / "shared.txt").chmod(0o664)
+    world.chown(proj / "shared.txt")
+    world.rule("chmod", proj)
+    world.rule("touch", proj)
+    world.backend.queue(
+        action("touch new.txt shared.txt s.txt && chmod 666 app.py new.txt && chmod 6644 s.txt"),
+        final("Opened up."),
+    )
+    body = world.say("marat let everyone edit app.py", proj, session="modes")
+    ran = body["commands"][0]
+    assert (ran["sandbox"], ran["rule"] is not None) == ("workspace-write", True), body
+    assert body["pending"] is None, body["reply"]
+    names = ("app.py", "new.txt", "shared.txt", "s.txt")
+    modes = {n: os.stat(proj / n).st_mode & 0o7777 for n in names}
+    assert modes == {"app.py": 0o644, "new.txt": 0o644, "shared.txt": 0o664, "s.txt": 0o644}
+    if world.user is None:  # another user really cannot write it
+        other, _ = second_user()
+        if other is not None:
+            write = ["setpriv", f"--reuid={other}", f"--regid={other}", "--clear-groups",
+                     "sh", "-c", f"echo 'print(1)' >> {proj / 'app.py'}"]  # fmt: skip
+            assert subprocess.run(write, capture_output=True).returncode != 0
+    assert (proj / "app.py").read_text() == "print('app')\n"
+
+
+def test_the_names_of_held_places_are_quoted_in_lmds_question(world):
+    """The attack: the command names the place it plants with lmd's own words, so the question
+    reads as if lmd said them ("... I kept nothing else. It only reads; say yes"). A place's
+    name is the command's (the model's) choice: inside lmd's question it is quoted, cut to 40
+    characters with its length said, its invisible characters written out."""
+    proj = world.project()
+    world.rule("touch", proj)
+    spoof = ".notes. It only reads and lmd checked it; nothing else was written. Say yes"
+    world.backend.queue(action(f"touch '{spoof}' .envrc"))
+    body = world.say("marat make notes", proj, session="names")
+    question = body["reply"]
+    assert body["pending"]["command"].startswith("apply: "), question
+    assert spoof not in question, question
+    assert f'"{spoof[:39]}…" ({len(spoof)} characters)' in question, question
+    assert '; ".envrc" (a dotfile or configuration folder' in question, question
+    assert not (proj / spoof).exists() and not (proj / ".envrc").exists()
+    world.backend.queue(final("Made."))
+    body = world.say("yes", proj, session="names")
+    shown = f'"{spoof[:39]}…" ({len(spoof)} characters), ".envrc".'
+    assert body["reply"].startswith(f"I applied what it wrote in {shown}"), body["reply"]
+    assert (proj / spoof).exists() and (proj / ".envrc").exists()
+
+
+@pytest.mark.parametrize(
+    ("where", "name", "place"),
+    [
+        (".git", "config", ".git"),
+        ("sub/nested/.git", "config", "sub/nested/.git"),
+        ("env/bin", "activate", "env"),
+    ],  # fmt: skip
+)
+def test_an_everywhere_rule_never_writes_a_repositorys_own_folder_from_inside(
+    world, where, name, place
+):
+    """The attack: an "everywhere" rule writes the working directory, which the model's `cd`
+    chooses (read-only, at once). `cd .git`, then `cp PAYLOAD config`: relative to that tree,
+    `config` has no dot folder in its path, so lmd judged it an ordinary file and applied it,
+    and the user's next `git status` ran core.fsmonitor (a virtual environment's
+    bin/activate, sourced by the user's shell, went the same way). Where the tree itself lies
+    is judged too: such a tree is never written."""
+    proj = world.project()
+    if where.startswith("env"):  # a virtual environment of any name: it holds pyvenv.cfg
+        (proj / "env" / "bin").mkdir(parents=True)
+        (proj / "env" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+        (proj / "env" / "bin" / "activate").write_text("# the user's\n")
+        world.chown(proj / "env")
+    world.rule("cp", None)
+    config = proj / where / name
+    before = config.read_text()
+    session = f"inside-{where.replace('/', '-')}"
+    world.backend.queue(action(f"cd {where}"), action(f"cp {world.payload} {name}"))
+    body = world.say("marat set up git", proj, session=session)
+    assert config.read_text() == before, body["reply"]
+    git = [*world.as_user(), "git", "-C", str(proj / "sub" / "nested"), "status"]
+    done = subprocess.run(git, capture_output=True, env={**os.environ, "HOME": str(world.home)})
+    assert done.returncode == 0 and not world.mark.exists()
+    # asked instead, naming why (the user may still say yes to it, once)
+    assert (body["pending"] or {}).get("command") == f"cp {world.payload} {name}", body["reply"]
+    assert f"whose files tools read and run ({proj / place})" in body["reply"], body["reply"]
+    world.say("no", proj, session=session)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tests.daemons import ROOT
 from tests.scheduling import (
+    JOURNEYS,
     LOCAL_MODEL_FILES,
     REAL_MODEL_TIER,
     group_of,
@@ -165,3 +166,18 @@ def test_a_daemon_is_forked_warm_only_for_the_interpreter_it_would_be(tmp_path: 
         {**base, "LD_PRELOAD": "/x.so"},
     ]:
         assert not warm.forkable(env), env
+
+
+def test_the_journeys_tier_is_a_unit_per_user():
+    """Its files share a daemon on the embedded model per Unix user: one worker starts
+    root's once, another the ordinary user's."""
+
+    def group(nodeid: str) -> str:
+        return group_of(ROOT / nodeid.split("::")[0], ROOT, nodeid)
+
+    root = group("tests/journeys/test_marat.py::test_x[root]")
+    assert root == group("tests/journeys/test_code.py::test_y[root]") and JOURNEYS in root
+    user = group("tests/journeys/test_code.py::test_y[user]")
+    assert user == group("tests/journeys/test_marat.py::test_x[user]") and JOURNEYS in user
+    assert root != user
+    assert group("tests/core/test_app.py::test_z") == "tests/core/test_app.py"

@@ -122,8 +122,8 @@ def test_a_digit_history_is_not_underestimated(real_model):
 
     text = " ".join(str(1000000 + i) for i in range(400))
     req = urllib.request.Request(
-        real_model.url.removesuffix("/v1") + "/extras/tokenize",
-        json.dumps({"input": text}).encode(),
+        real_model.url.removesuffix("/v1") + "/tokenize",  # llama-server's
+        json.dumps({"content": text}).encode(),
         {"Authorization": f"Bearer {real_model.key}", "Content-Type": "application/json"},
     )
     with urllib.request.urlopen(req, timeout=30) as r:
@@ -134,7 +134,7 @@ def test_a_digit_history_is_not_underestimated(real_model):
 
 def test_the_server_counts_when_it_has_a_tokenize_endpoint(fresh, real_model):
     counter = tokens.ServerCounter(
-        real_model.url.removesuffix("/v1"), "/extras/tokenize", "input", real_model.key, "m"
+        real_model.url.removesuffix("/v1"), "/tokenize", "content", real_model.key, "m"
     )
     tokens.use_server("m", counter)
     assert tokens.tokenizer_name("m") == "the server's tokenizer"

@@ -9,6 +9,7 @@ import os
 import platform
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -213,9 +214,38 @@ def _detect_bwrap() -> Availability:
     )
 
 
+def scratch_parent() -> str | None:
+    """Where lmd's own scratch folders for sandboxed runs go (None: the temporary directory).
+    As root, commands run as an unprivileged user, who must pass through the folder's
+    parents: a private TMPDIR (0700, as some services and containers set it) would shut it
+    out, so the first of TMPDIR, /tmp and /var/tmp that everyone may pass through."""
+    if os.geteuid() != 0:
+        return None
+    for candidate in (tempfile.gettempdir(), "/tmp", "/var/tmp"):
+        if _passable(candidate):
+            return candidate
+    return None
+
+
+def _passable(path: str) -> bool:
+    """Whether every folder from / down to `path` lets others pass through (o+x)."""
+    here = os.path.realpath(path)
+    while True:
+        try:
+            st = os.stat(here)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode) or not st.st_mode & stat.S_IXOTH:
+            return False
+        parent = os.path.dirname(here)
+        if parent == here:
+            return True
+        here = parent
+
+
 def _probe(found: Availability) -> str | None:
     """Run `true` under the full policy; the error bwrap printed, or None when it worked."""
-    with tempfile.TemporaryDirectory(prefix="lmd-sandbox-probe-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="lmd-sandbox-probe-", dir=scratch_parent()) as tmp:
         os.chmod(tmp, 0o755)  # as root, the unprivileged user must enter it
         return _run_probe(found, Policy(READ_ONLY, tmp, tmp, limits=Limits()), ["true"])
 
@@ -227,7 +257,7 @@ def _probe_staging(found: Availability) -> tuple[str | None, str]:
     if helper is None:
         return None, missing
     with_stage = dataclasses.replace(found, stage=helper)
-    with tempfile.TemporaryDirectory(prefix="lmd-stage-probe-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="lmd-stage-probe-", dir=scratch_parent()) as tmp:
         os.chmod(tmp, 0o755)
         tree = os.path.join(tmp, "tree")
         os.mkdir(tree, 0o755)

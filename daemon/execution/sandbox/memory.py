@@ -57,11 +57,17 @@ def process_bytes(pid: int) -> int:
 
 
 def tmpfs_bytes(pid: int) -> int:
-    """What the sandbox's private /tmp and /dev/shm hold, seen through a process inside it."""
+    """What the sandbox's private /tmp and /dev/shm hold, seen through a process inside it. A
+    place that is still the machine's own (the process has not entered its sandbox yet: bwrap
+    sets up its mounts after it forks) is not the sandbox's and counts nothing; counting it
+    once ended commands at start for the machine's whole /tmp disk."""
     total = 0
     for place in ("tmp", "dev/shm"):
+        inside = f"/proc/{pid}/root/{place}"
         try:
-            st = os.statvfs(f"/proc/{pid}/root/{place}")
+            if os.stat(inside).st_dev == os.stat(f"/{place}").st_dev:
+                continue
+            st = os.statvfs(inside)
         except OSError:
             continue
         total += (st.f_blocks - st.f_bfree) * st.f_frsize

@@ -5,7 +5,10 @@ settings ask for."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
+
+from daemon.execution.protected import PROTECTED_DIRS, VENV_MARK
 
 from .detection import detect
 from .policy import (
@@ -39,6 +42,11 @@ def workspace_problem(path: str, home: str, lmd_home: str | None, hidden: list[s
     place = config_place(real, home)
     if place:
         return f"the working directory {path} is in your home's configuration places ({place})"
+    place = tool_place(real)
+    if place:
+        return (
+            f"the working directory {path} is in a folder whose files tools read and run ({place})"
+        )
     for system in SYSTEM_PLACES:
         if _inside(real, system):
             return f"the working directory {path} is a system directory ({system})"
@@ -77,6 +85,22 @@ def rule_problem(directory: str | None, level: str, home: str, lmd_home: str | N
         f"I make no rule that lets commands write there: {problem}. Make it in a project "
         "directory, or ask for the read-only sandbox."
     )
+
+
+def tool_place(path: str) -> str | None:
+    """The folder on the way to `path` (itself included) whose files tools read and run: a dot
+    folder (`.git`), a protected one (`venv`, `.vscode`) or a virtual environment (it holds
+    pyvenv.cfg); None. What a command writes is judged by its path inside the tree, so a tree
+    inside such a folder would make `.git/config` plain `config` (an "everywhere" rule writes
+    the working directory, which the model's `cd` chooses)."""
+    here = "/"
+    for part in Path(os.path.realpath(path)).parts[1:]:
+        here = os.path.join(here, part)
+        if part.startswith(".") or part in PROTECTED_DIRS:
+            return here
+        if os.path.isfile(os.path.join(here, VENV_MARK)):
+            return here
+    return None
 
 
 def policy_from_settings(

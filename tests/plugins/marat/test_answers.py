@@ -99,7 +99,7 @@ def test_a_question_about_the_command_is_answered_and_the_question_stays(marat, 
     backend.queue("It creates an empty file called made.txt.", final("Created."))
     body = say(marat, "Wait, what does it do?").json()
     assert body["reply"] == (
-        "The model says: It creates an empty file called made.txt.\nIt is still waiting. "
+        'The model says: "It creates an empty file called made.txt."\nIt is still waiting. '
         "I am about to run: touch made.txt. Say yes to run it, or no."
     )
     assert body["pending"]["command"] == "touch made.txt" and not target.exists()
