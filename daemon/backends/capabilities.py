@@ -297,6 +297,7 @@ class _Refused(Exception):
 
 async def probe(llm: Any, timeout: float = PROBE_TIMEOUT) -> Capabilities:
     """Ask the backend behind `llm` (daemon.backends.llm.LLM) what it can do."""
+    # lazy: openai and httpx2 load in ~0.3 s; `lmd settings` and the CLI reach this module
     import openai
 
     if getattr(llm, "before_call", None) is not None:
@@ -357,7 +358,7 @@ def server_root(base_url: str) -> str:
 
 async def _server_get(llm: Any, path: str, timeout: float) -> Any:
     """The JSON a GET of `path` (beside /v1) answers, or None."""
-    import httpx2
+    import httpx2  # lazy: see probe
 
     root = server_root(str(llm.client.base_url))
     headers = {"Authorization": f"Bearer {llm.api_key}", PROBE_HEADER: path.strip("/")}
@@ -391,7 +392,7 @@ async def _server_props(llm: Any, timeout: float, r: _Result) -> None:
 
 
 async def _tokenize(llm: Any, timeout: float, r: _Result) -> None:
-    import httpx2
+    import httpx2  # lazy: see probe
 
     root = server_root(str(llm.client.base_url))
     headers = {"Authorization": f"Bearer {llm.api_key}", PROBE_HEADER: "tokenize"}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from daemon.backends.embedded import BUNDLED_ALIAS, bundled_model_path
 from daemon.core.errors import LmdError
 
 # What tells lmd a backend was configured, in the order they are named in sentences.
@@ -46,7 +47,6 @@ def choose_backend(settings: Any, environ: dict | None = None) -> BackendChoice:
 def embedded_model(settings: Any) -> tuple[Path, str]:
     """The GGUF file the embedded server serves and the model name it answers to; LmdError
     with what to do when there is none."""
-    from daemon.backends.embedded import BUNDLED_ALIAS, bundled_model_path
 
     given = settings["embedded_model_path"]
     if given:

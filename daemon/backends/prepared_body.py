@@ -27,6 +27,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx2
+import openai
+from openai import AsyncStream
+from openai.types import Completion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 # Arguments of `create` that change more than the JSON body: those calls stay with `create`.
 SDK_ONLY = frozenset({"extra_headers", "extra_query", "timeout", "stream"})
@@ -59,7 +63,6 @@ class Endpoint:
 
     @classmethod
     def chat(cls, client: Any, http: Any) -> Endpoint:
-        from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
         create = client.chat.completions.create
         chunk = ChatCompletionChunk
@@ -68,7 +71,6 @@ class Endpoint:
     @classmethod
     def completions(cls, client: Any, http: Any) -> Endpoint:
         """The legacy endpoint (raw prompts for base models); streams stay with `create`."""
-        from openai.types import Completion
 
         create = client.completions.create
         return cls(client, http, "/completions", create, "prompt", Completion, None)
@@ -159,7 +161,6 @@ class Endpoint:
     async def events(self, response: Any) -> AsyncIterator[Any]:
         """The chunks of a good stream, read as the SDK reads them: up to [DONE], an error
         event raised as APIError, a cut connection as APIConnectionError."""
-        import openai
 
         events = aiter(httpx2.EventSource(response))
         try:
@@ -217,7 +218,6 @@ def _is_event_stream(response: Any) -> bool:
 
 
 def _stream_of(chunk: Any) -> Any:
-    from openai import AsyncStream
 
     return AsyncStream[chunk]
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from daemon.backends.embedded import EmbeddedServer
+from daemon.backends.embedded import EmbeddedServer, engine_version
 from daemon.core.errors import BackendError, LmdError
 
 log = logging.getLogger("lmd.embedded")
@@ -144,7 +144,6 @@ class Supervisor:
 
     def state(self) -> dict[str, Any]:
         """For `lmd doctor` (GET /backend): running, starting or down, and why."""
-        from daemon.backends.embedded import engine_version
 
         if self._ready.is_set():
             status = "running"
@@ -197,7 +196,9 @@ class Supervisor:
             self.restarting = self.cannot_start = False
             self._change()
             ready_since = time.monotonic()
-            await asyncio.to_thread(self.server.proc.wait)
+            proc = self.server.proc
+            assert proc is not None  # spawned above
+            await asyncio.to_thread(proc.wait)
             if self._stopping:
                 return
             self._ready.clear()
@@ -232,8 +233,10 @@ class Supervisor:
         except LmdError as e:
             raise _NotSpawned(e.message) from None
         deadline = self.started_at + self.start_timeout
+        proc = self.server.proc
+        assert proc is not None  # spawned above
         while time.monotonic() < deadline:
-            if self.server.proc.poll() is not None:
+            if proc.poll() is not None:
                 raise LmdError("The embedded model server did not start.")
             if await asyncio.to_thread(self.server.answers):
                 self.props = await asyncio.to_thread(self.server.props)

@@ -19,6 +19,8 @@ that errs on the safe side.
 from __future__ import annotations
 
 import hashlib
+import http.client
+import json
 import logging
 import os
 import re
@@ -29,6 +31,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+from daemon.backends.unix_http import UnixHTTPConnection
+from daemon.core.home import default_home
 
 log = logging.getLogger("lmd.tokens")
 
@@ -69,8 +75,6 @@ def _warn_once(reason: str) -> None:
         _warned = True
     marker = _marker
     if marker is None:
-        from daemon.core.home import default_home
-
         marker = default_home() / WARNED_FILE
     if marker.exists():
         log.debug("tiktoken could not load an encoding (%s); estimating.", reason)
@@ -101,7 +105,7 @@ def encoding_for(model: str) -> Any:
     enc = None
     if os.environ.get("LMD_TOKENIZER", "").lower() != "estimate":
         try:
-            import tiktoken
+            import tiktoken  # lazy: ~0.2 s, and only a daemon counting tokens needs it
 
             try:
                 enc = tiktoken.encoding_for_model(model)
@@ -180,7 +184,6 @@ class ServerCounter:
         uds: str | None = None,
     ) -> None:
         """`uds`: the server's Unix socket, when it listens on one (the embedded model)."""
-        from urllib.parse import urlsplit
 
         parts = urlsplit(root)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port
@@ -230,8 +233,6 @@ class ServerCounter:
         return n
 
     def _ask(self, text: str) -> int:
-        import http.client
-        import json
 
         body: dict[str, Any] = {self.field: text}
         if self.field == "prompt":
@@ -240,8 +241,6 @@ class ServerCounter:
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self.key}"}
         for attempt in (1, 2):  # a kept-alive connection the server closed: once more, new
             if self._conn is None and self.uds:
-                from daemon.backends.unix_http import UnixHTTPConnection
-
                 self._conn = UnixHTTPConnection(self.uds, timeout=self.TIMEOUT_SECS)
             elif self._conn is None:
                 cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.core import defaults
 from daemon.core.core_settings import CORE_SETTINGS
+from daemon.core.errors import LmdError
 
 
 def _import_sqlite_utils():
@@ -221,8 +222,6 @@ class Store:
             if str(path) != ":memory:" and not self.path.exists():
                 os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
         except OSError as e:  # a home lmd cannot make (another user's folder, a file's name)
-            from daemon.core.errors import LmdError
-
             raise LmdError(
                 f"I cannot make lmd's database {self.path} ({e.strerror}); give lmd a "
                 "directory of your own with --home or LMD_HOME."

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from daemon.agent.memory import git_trusts
 from daemon.spoken import names, sounds
 
 MOST_SAID = 80  # characters of a dictionary entry's spoken form
@@ -135,8 +136,6 @@ def _git_dir(cwd: str) -> str | None:
     the repository is the user's as git's safe.directory decides (daemon.agent.memory): another
     user's repository above the working directory (a /tmp/.git, a shared checkout) would
     otherwise put its branch names, their words, in the model's instructions."""
-    from daemon.agent.memory import git_trusts
-
     here = os.path.abspath(cwd)
     while True:
         dot_git = os.path.join(here, ".git")

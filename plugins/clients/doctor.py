@@ -273,8 +273,6 @@ def check_capabilities(environ: dict) -> Finding | None:
 def check_engine(environ: dict) -> Finding | None:
     """The running daemon's embedded model server: serving, starting, or down (crashing, or
     a model it cannot load) with why, if a daemon answers and runs one."""
-    from daemon.api import daemon_url
-
     url = daemon_url(environ.get("LMD_URL"))
     status, data, _ = _http_json(url + "/backend", environ.get("LMD_TOKEN") or "", 30.0)
     engine = data.get("engine") if status == 200 and isinstance(data, dict) else None
