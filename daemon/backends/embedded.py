@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
-from daemon.backends.engine_build import built_program, stamp
+from daemon.backends import engine_build
 from daemon.backends.unix_http import UnixHTTPConnection
 from daemon.core.errors import LmdError
 
@@ -97,7 +97,7 @@ def engine_program() -> Path | None:
     if given:
         return Path(given).expanduser()
 
-    program = built_program()
+    program = engine_build.built_program()
     return program if program.is_file() else None
 
 
@@ -120,7 +120,7 @@ def engine_version() -> str:
     if given:
         return f"llama-server from {ENGINE_VARIABLE} ({given})"
 
-    found = stamp() or {}
+    found = engine_build.stamp() or {}
     source = found.get("source", "an unknown source")
     return f"llama-server, llama.cpp of {source}"
 

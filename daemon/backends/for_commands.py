@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from daemon.backends import embedded
 from daemon.backends.choice import choose_backend, embedded_model
-from daemon.backends.embedded import EmbeddedServer, bundled_model_path, check_gguf, engine_missing
 from daemon.backends.llm import LLM, NO_KEY, api_key, endpoint_from, shown_url
 from daemon.client import ClientError, ForeignDaemon, check_owner, daemon_url, request
 from daemon.core.errors import BackendError, LmdError
@@ -221,14 +221,14 @@ def choose_command_backend(
             "endpoint", url, api_key(environ), settings["openai_model"], url, choice.why, settings
         )
 
-    installed = engine_missing() is None and (
-        settings["embedded_model_path"] or bundled_model_path() is not None
+    installed = embedded.engine_missing() is None and (
+        settings["embedded_model_path"] or embedded.bundled_model_path() is not None
     )
     path = alias = identity = problem = None
     if installed:
         try:
             path, alias = embedded_model(settings)
-            check_gguf(path)
+            embedded.check_gguf(path)
             identity = embedded_identity(path)
         except LmdError as e:
             problem = e.message  # a model file that is missing or no GGUF: its own sentence
@@ -251,7 +251,7 @@ def choose_command_backend(
         raise LmdError(problem)
     if path is None or alias is None or identity is None:  # all set when installed, no problem
         raise LmdError(NOT_INSTALLED)
-    server = EmbeddedServer(
+    server = embedded.EmbeddedServer(
         path, n_ctx=settings["embedded_context"], n_threads=settings["embedded_threads"],
         alias=alias,
     )  # fmt: skip

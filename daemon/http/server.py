@@ -14,9 +14,8 @@ from pathlib import Path
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config
 
-from daemon.backends import tokens
+from daemon.backends import embedded, tokens
 from daemon.backends.choice import choose_backend, embedded_model
-from daemon.backends.embedded import engine_missing, engine_version
 from daemon.backends.llm import endpoint_from, shown_url
 from daemon.core.errors import LmdError
 from daemon.core.home import default_home
@@ -105,11 +104,12 @@ def backend_state(settings) -> str:
         path, alias = embedded_model(settings)
     except LmdError as e:
         return f"the embedded model ({choice.why}), but: {e.message}"
-    missing = engine_missing()
+    missing = embedded.engine_missing()
     if missing:
         return f"the embedded model ({choice.why}), but: {missing}"
     return (
-        f"the embedded model {alias} ({path.name}, on {engine_version()}; {choice.why}). It is "
+        f"the embedded model {alias} ({path.name}, on {embedded.engine_version()}; "
+        f"{choice.why}). It is "
         "small: for better answers set embedded_model_path to a bigger GGUF file, or point "
         "openai_chat_endpoint (or OPENAI_BASE_URL) at any OpenAI-compatible server."
     )
