@@ -14,6 +14,8 @@ import json
 import os
 import shutil
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -138,21 +140,27 @@ class Applier:
         self.done.append({"path": rel, "kind": kind, "moved": moved, "after": after})
 
     # -- the steps -----------------------------------------------------------------------------
-    def delete(self, rel: str) -> None:
+    @contextmanager
+    def _step(self, rel: str, failure: str) -> Iterator[tuple[int, str]]:
+        """`rel`'s folder descriptor and name for one step, closed after it; an OSError in the
+        step is Blocked: `failure` ("it could not be removed") and the system's words."""
         fd, name = self._parent(rel)
         try:
+            yield fd, name
+        except OSError as e:
+            raise Blocked(f"{failure} ({e.strerror})") from e
+        finally:
+            os.close(fd)
+
+    def delete(self, rel: str) -> None:
+        with self._step(rel, "it could not be removed") as (fd, name):
             if existing(fd, name) is None:
                 return  # gone already
             self._aside(fd, name, rel)
             self._record(rel, "delete", True, fd, None)
-        except OSError as e:
-            raise Blocked(f"it could not be removed ({e.strerror})") from e
-        finally:
-            os.close(fd)
 
     def mkdir(self, rel: str, mode: int) -> None:
-        fd, name = self._parent(rel)
-        try:
+        with self._step(rel, "the folder could not be made") as (fd, name):
             st = existing(fd, name)
             if st is not None and stat.S_ISDIR(st.st_mode):
                 return  # there already (a merged folder)
@@ -162,17 +170,12 @@ class Applier:
             if os.geteuid() == 0:
                 os.chown(name, *self.owner, dir_fd=fd, follow_symlinks=False)
             self._record(rel, "dir", False, fd, name)
-        except OSError as e:
-            raise Blocked(f"the folder could not be made ({e.strerror})") from e
-        finally:
-            os.close(fd)
 
     def write(self, rel: str, mode: int) -> None:
         """Put the staged file `rel` in place with `mode` (moved when on the same file system,
         else copied), whatever was there moved aside."""
         source = os.path.join(self.upper, rel)
-        fd, name = self._parent(rel)
-        try:
+        with self._step(rel, "it could not be written") as (fd, name):
             there = existing(fd, name)
             if there is not None and stat.S_ISDIR(there.st_mode):
                 raise Blocked("a folder is there now")
@@ -190,16 +193,11 @@ class Applier:
                     raise
                 self._copy_in(source, fd, name)
             self._record(rel, "file", there is not None, fd, name)
-        except OSError as e:
-            raise Blocked(f"it could not be written ({e.strerror})") from e
-        finally:
-            os.close(fd)
 
     def link(self, rel: str) -> None:
         """A symbolic link the user said yes to."""
         target = os.readlink(os.path.join(self.upper, rel))
-        fd, name = self._parent(rel)
-        try:
+        with self._step(rel, "the link could not be made") as (fd, name):
             there = existing(fd, name)
             if there is not None and stat.S_ISDIR(there.st_mode):
                 raise Blocked("a folder is there now")
@@ -207,10 +205,6 @@ class Applier:
                 self._aside(fd, name, rel)
             os.symlink(target, name, dir_fd=fd)
             self._record(rel, "link", there is not None, fd, name)
-        except OSError as e:
-            raise Blocked(f"the link could not be made ({e.strerror})") from e
-        finally:
-            os.close(fd)
 
     def _copy_in(self, source: str, fd: int, name: str) -> None:
         """Copy `source` into the folder `fd` under a temporary name, then rename it."""
