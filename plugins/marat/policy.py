@@ -54,23 +54,23 @@ def plan_command(
         wanted = ruled.sandbox_level or sandbox.WORKSPACE_WRITE
         if wanted == sandbox.NONE:
             return RunPlan(False, sandbox.NONE, "rule", rule_id=ruled.rule_id)
-        found = sandbox.detect()
-        if not found.available:
-            return RunPlan(
-                True,
-                why=f"Rule {ruled.rule_id} would run it at once in a sandbox, but there is none "
-                f"here: {found.reason} To get one, {found.remedy}.",
-            )
-        return RunPlan(False, wanted, "rule", rule_id=ruled.rule_id, writable=ruled.directory)
+        plan = RunPlan(False, wanted, "rule", rule_id=ruled.rule_id, writable=ruled.directory)
+        return _if_sandboxed(plan, f"Rule {ruled.rule_id}")
     if not safety.is_read_only(command):
         return RunPlan(True)
     if level == sandbox.OFF:
         return RunPlan(False, sandbox.NONE, "read-only")
+    return _if_sandboxed(RunPlan(False, sandbox.READ_ONLY, "read-only"), "I")
+
+
+def _if_sandboxed(plan: RunPlan, who: str) -> RunPlan:
+    """`plan` (a command run at once in a sandbox) where a sandbox can be had; else a question
+    saying that `who` ("I", "Rule 3") would have run it so, and how to get a sandbox."""
     found = sandbox.detect()
-    if not found.available:
-        return RunPlan(
-            True,
-            why=f"I would run it at once in a sandbox, but there is none here: {found.reason} "
-            f"To get one, {found.remedy}.",
-        )
-    return RunPlan(False, sandbox.READ_ONLY, "read-only")
+    if found.available:
+        return plan
+    why = (
+        f"{who} would run it at once in a sandbox, but there is none here: {found.reason} "
+        f"To get one, {found.remedy}."
+    )
+    return RunPlan(True, why=why)
