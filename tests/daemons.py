@@ -464,6 +464,28 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def cmdline(pid: int) -> bytes:
+    """The process's command line, its words ended by NUL bytes (empty once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

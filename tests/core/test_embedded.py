@@ -16,7 +16,17 @@ from pathlib import Path
 import pytest
 
 from daemon.backends.embedded import KEY_NAME, SOCKET_NAME, bundled_model_path
-from tests.daemons import ROOT, LiveDaemon, configure, free_port, lmd_in_process, say, wait_for
+from tests.daemons import (
+    ROOT,
+    LiveDaemon,
+    children,
+    cmdline,
+    configure,
+    free_port,
+    lmd_in_process,
+    say,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -31,31 +41,9 @@ def embedded_home(tmp_path: Path, **settings: object) -> Path:
     return home
 
 
-def children(pid: int) -> list[int]:
-    """The processes whose parent is `pid`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
 def server_pids(daemon_pid: int) -> list[int]:
     """The daemon's llama-server children (the launcher execs into it: the same pid)."""
-    pids = []
-    for child in children(daemon_pid):
-        try:
-            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"--api-key-file" in cmdline:
-            pids.append(child)
-    return pids
+    return [child for child in children(daemon_pid) if b"--api-key-file" in cmdline(child)]
 
 
 def server_folder(pid: int) -> Path:
@@ -96,13 +84,13 @@ def test_no_backend_configured_means_the_bundled_model_answers(tmp_path):
         (server,) = server_pids(d.proc.pid)
         # its key is in a private file, not on its command line; it listens on a socket in
         # a folder only this user may enter
-        cmdline = Path(f"/proc/{server}/cmdline").read_bytes()
+        line = Path(f"/proc/{server}/cmdline").read_bytes()  # (the server must be there)
         folder = server_folder(server)
         key = (folder / KEY_NAME).read_text().strip()
-        assert key.encode() not in cmdline and b"--port" not in cmdline
+        assert key.encode() not in line and b"--port" not in line
         assert (folder / KEY_NAME).stat().st_mode & 0o777 == 0o600
         assert folder.stat().st_mode & 0o777 == 0o700
-        argv = cmdline.split(b"\0")
+        argv = line.split(b"\0")
         assert argv[argv.index(b"--host") + 1] == str(folder / SOCKET_NAME).encode()
         # nothing of the daemon's environment reaches it (llama-server reads options there)
         environ = Path(f"/proc/{server}/environ").read_bytes().split(b"\0")

@@ -48,7 +48,9 @@ from tests.daemons import (
     LiveDaemon,
     Ran,
     as_user_argv,
+    children,
     closed_port,
+    cmdline,
     configure,
     install_plugin,
     second_user,
@@ -227,7 +229,7 @@ class JourneyDaemon:
 
     def model_servers(self) -> list[int]:
         """The daemon's embedded model server processes (children running a llama engine)."""
-        return [pid for pid in _children(self.pid) if b"llama" in _cmdline(pid)]
+        return [pid for pid in children(self.pid) if b"llama" in cmdline(pid)]
 
     def server_log(self) -> str:
         """What the embedded model server wrote (its stdout and stderr go to a log file): the
@@ -241,26 +243,6 @@ class JourneyDaemon:
         return "\n".join(texts)
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
 def engine_processes(person: Person) -> list[int]:
     """The embedded model servers running for `person`: processes running a llama engine
     whose command line holds their temporary directory (where lmd makes each server's
@@ -272,7 +254,7 @@ def engine_processes(person: Person) -> list[int]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        cmd = _cmdline(int(entry.name))
+        cmd = cmdline(int(entry.name))
         if b"llama" not in cmd:
             continue
         try:
