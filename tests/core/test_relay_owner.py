@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from daemon.backends.embedded import bundled_model_path
-from tests.daemons import ROOT, LiveDaemon, as_user_argv, configure, second_user
+from tests.daemons import ROOT, LiveDaemon, as_user_argv, configure
+from tests.worlds import give_to, second_user_or_skip
 
 pytestmark = pytest.mark.skipif(bundled_model_path() is None, reason="no bundled model file")
 
@@ -107,9 +108,7 @@ def _run_as(user: str | None) -> tuple[list[str], dict[str, str]]:
 
 @pytest.mark.parametrize("world", ["root", "user"])
 def test_a_command_never_sends_the_token_to_another_users_program_on_the_port(world):
-    other, missing = second_user()
-    if other is None:
-        pytest.skip(missing)
+    other = second_user_or_skip()
     user = other if world == "user" else None  # the daemon's and the command's user
     stranger = "root" if world == "user" else other  # who takes the port
     root = Path(tempfile.mkdtemp(prefix=f"lmd-relay-owner-{world}-"))
@@ -121,8 +120,7 @@ def test_a_command_never_sends_the_token_to_another_users_program_on_the_port(wo
     (home / "token").chmod(0o600)
     caught = root / "caught"
     caught.mkdir()
-    if user is not None:
-        subprocess.run(["chown", "-R", f"{user}:{user}", str(home)], check=True)
+    give_to(user, home)
     if stranger != "root":
         subprocess.run(["chown", f"{stranger}:{stranger}", str(caught)], check=True)
     env = {"LMD_TOKENIZER": "estimate", "HOME": str(root)}

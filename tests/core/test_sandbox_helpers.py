@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from daemon.execution.sandbox import helpers
-from tests.daemons import ROOT, as_user_argv, second_user
+from tests.daemons import ROOT, as_user_argv
+from tests.worlds import second_user_or_skip
 
 PACKAGE = Path(helpers.__file__).resolve().parent
 
@@ -53,9 +54,7 @@ def find_in_copy(copy: Path, env: dict, prefix: list[str] | None = None) -> list
 def test_a_read_only_installation_builds_into_the_cache_and_writes_nothing_there():
     """An ordinary user runs lmd installed by root (a read-only directory to them) with no
     helper built at install time: both helpers are built into that user's cache directory."""
-    user, missing = second_user()
-    if user is None:
-        pytest.skip(missing)
+    user = second_user_or_skip()
     place = Path(tempfile.mkdtemp(prefix="lmd-ro-install-"))
     try:
         place.chmod(0o755)

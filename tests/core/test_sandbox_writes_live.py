@@ -35,6 +35,7 @@ from tests.conftest import configure_home
 from tests.daemons import LiveDaemon, configure, second_user
 from tests.fake_backend import FakeBackend
 from tests.plugins.marat.conftest import action, final
+from tests.worlds import give_to, world_user
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -70,8 +71,7 @@ class World:
         """Give `paths` to the world's user; (uid, gid) of that user."""
         if self.user is None:
             return 0, 0
-        for p in paths:
-            subprocess.run(["chown", "-R", f"{self.user}:{self.user}", str(p)], check=True)
+        give_to(self.user, *paths)
         st = os.stat(self.home)
         return st.st_uid, st.st_gid
 
@@ -139,14 +139,7 @@ class World:
 def world(request):
     if not sandbox.detect().stage:
         pytest.skip(sandbox.detect().sentence())
-    user = None
-    if request.param == "user":
-        user, missing = second_user()
-        if user is None:
-            pytest.skip(missing)
-    elif os.geteuid() != 0:
-        pytest.skip("the tests run as an ordinary user: the other world covers it")
-    w = World(user)
+    w = World(world_user(request.param))
     yield w
     w.close()
 

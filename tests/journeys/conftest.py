@@ -53,9 +53,9 @@ from tests.daemons import (
     cmdline,
     configure,
     install_plugin,
-    second_user,
 )
 from tests.warm_lmd import WarmLmd
+from tests.worlds import give_to, second_user_or_skip
 
 HERE = Path(__file__).resolve().parent
 ALIAS = BUNDLED_ALIAS  # the name the embedded model answers to
@@ -315,8 +315,7 @@ class Person:
     def own(self, path: Path | None = None) -> Path:
         """Make `path` (default: all of their directory) theirs."""
         path = path or self.base
-        if self.unix is not None:
-            subprocess.run(["chown", "-R", f"{self.unix}:{self.unix}", str(path)], check=True)
+        give_to(self.unix, path)
         return path
 
     def env(self, **extra: str) -> dict[str, str]:
@@ -555,11 +554,7 @@ def people(probe_site: Path) -> Iterator[dict]:
     def get(who: str) -> Person:
         if who not in made:
             embedded_engine_or_fail()
-            unix = None
-            if who == "user":
-                unix, missing = second_user()
-                if unix is None:
-                    pytest.skip(missing)
+            unix = second_user_or_skip() if who == "user" else None
             person = Person(who, unix, probe_site)
             person.configure(**CHEAP)
             person.start_daemon()
@@ -592,11 +587,7 @@ def person(who: str, people) -> Iterator[Person]:
 def newcomer(who: str, probe_site: Path) -> Iterator[Person]:
     """A person with a brand-new HOME and no daemon, as on a fresh machine."""
     embedded_engine_or_fail()
-    unix = None
-    if who == "user":
-        unix, missing = second_user()
-        if unix is None:
-            pytest.skip(missing)
+    unix = second_user_or_skip() if who == "user" else None
     p = Person(who, unix, probe_site)
     yield p
     p.close()

@@ -9,9 +9,7 @@ exactly the command that was asked about."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import tempfile
 import urllib.request
 from pathlib import Path
@@ -19,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import configure_home
-from tests.daemons import LiveDaemon, configure, second_user
+from tests.daemons import LiveDaemon, configure
 from tests.plugins.marat.conftest import action, final
+from tests.worlds import give_to, world_user
 
 TOKEN = "tok-about-live-6d5c4b3a2f1e"
 HOSTILE = (
@@ -47,21 +46,14 @@ def say(url: str, text: str, cwd: Path) -> dict:
 
 @pytest.mark.parametrize("world", ["root", "user"])
 def test_the_models_answer_about_a_command_changes_nothing_and_is_quoted(backend, world):
-    user = None
-    if world == "user":
-        user, missing = second_user()
-        if user is None:
-            pytest.skip(missing)
-    elif os.geteuid() != 0:
-        pytest.skip("the tests run as an ordinary user: the other world covers it")
+    user = world_user(world)
     root = Path(tempfile.mkdtemp(prefix=f"lmd-about-{world}-"))
     root.chmod(0o755)
     work = root / "work"
     work.mkdir()
     home = configure_home(root / "lmd-home", backend)
     configure(home, end_session_after_idle_secs=3600)
-    if user is not None:
-        subprocess.run(["chown", "-R", f"{user}:{user}", str(root)], check=True)
+    give_to(user, root)
     env = {"LMD_TOKENIZER": "estimate", "HOME": str(root), "LMD_TOKEN": TOKEN}
     d = LiveDaemon(home, env, user=user)
     try:

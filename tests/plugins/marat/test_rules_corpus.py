@@ -39,8 +39,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import LiveDaemon, configure, second_user, writable_by_others
+from tests.daemons import LiveDaemon, configure, writable_by_others
 from tests.fake_backend import FakeBackend, Reply
+from tests.worlds import give_to, second_user_or_skip
 
 from .conftest import action, final
 
@@ -202,7 +203,7 @@ class World:
         (self.proj / "work.txt").write_text("uncommitted change\n")  # reset --hard: lost
         (self.proj / "untracked.tmp").write_text("untracked\n")  # clean -fdx: deleted
         if self.user is not None:
-            subprocess.run(["chown", "-R", f"{self.user}:{self.user}", str(self.root)], check=True)
+            give_to(self.user, self.root)
             self.root.chmod(0o755)
         else:
             writable_by_others(self.proj)
@@ -228,8 +229,7 @@ class World:
             marat_command_timeout_secs=10,
         )
         (home / "token").write_text(TOKEN + "\n")
-        if self.user is not None:
-            subprocess.run(["chown", "-R", f"{self.user}:{self.user}", str(home)], check=True)
+        give_to(self.user, home)
         env = {"HOME": str(self.home), "LMD_TOKEN": TOKEN, "LMD_TOKENIZER": "estimate"}
         self.daemon = LiveDaemon(home, env, user=self.user)
         return self.daemon
@@ -373,9 +373,7 @@ def root_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def user_run():
-    user, missing = second_user()
-    if user is None:
-        pytest.skip(missing)
+    user = second_user_or_skip()
     root = Path(tempfile.mkdtemp(prefix="lmd-rules-corpus-"))  # pytest's tmp is root's, 0700
     w = World(root, user)
     try:

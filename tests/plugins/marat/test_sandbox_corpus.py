@@ -53,11 +53,11 @@ from tests.daemons import (
     configure,
     install_plugin,
     processes_with,
-    second_user,
     tree_hash,
     writable_by_others,
 )
 from tests.fake_backend import FakeBackend, Reply
+from tests.worlds import give_to, second_user_or_skip
 
 from .conftest import action, final
 
@@ -372,7 +372,7 @@ class World:
         self.hostile_repo(self.canary / "repo")
         self.hostile_repo(self.workspace / "repo")
         if self.user is not None:
-            subprocess.run(["chown", "-R", f"{self.user}:{self.user}", str(self.root)], check=True)
+            give_to(self.user, self.root)
             self.root.chmod(0o755)
         else:
             writable_by_others(self.workspace)  # the sandbox runs as nobody and builds there
@@ -446,8 +446,7 @@ class World:
             marat_command_timeout_secs=2,  # the approval and sandbox settings stay default
         )
         (home / "token").write_text(TOKEN + "\n")  # where a token file would live
-        if self.user is not None:
-            subprocess.run(["chown", "-R", f"{self.user}:{self.user}", str(home)], check=True)
+        give_to(self.user, home)
         site = self.root / "site"
         pythonpath = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
         d = LiveDaemon(
@@ -629,9 +628,7 @@ def snapshot(world: World) -> dict:
 @pytest.fixture(scope="module")
 def user_runs(tmp_path_factory):
     """The corpus through a daemon of an ordinary user: default settings, then workspace-write."""
-    user, missing = second_user()
-    if user is None:
-        pytest.skip(missing)
+    user = second_user_or_skip()
     root = Path(tempfile.mkdtemp(prefix="lmd-corpus-user-"))  # pytest's tmp is root's, 0700
     w = World(root, user)
     try:

@@ -26,6 +26,7 @@ import pytest
 
 from tests.daemons import ROOT, LiveDaemon, as_user_argv, configure, second_user
 from tests.fake_backend import Reply
+from tests.worlds import give_to, second_user_or_skip
 
 pytestmark = pytest.mark.skipif(find_spec("mcp") is None, reason="needs pip install 'lmd[mcp]'")
 
@@ -70,7 +71,7 @@ class User:
         )
         if unix is not None:
             root.chmod(0o755)
-            subprocess.run(["chown", "-R", f"{unix}:{unix}", str(root)], check=True)
+            give_to(unix, root)
         env = {"LMD_TOKENIZER": "estimate", "HOME": str(self.unix_home)}
         self.daemon = LiveDaemon(
             self.home, env if unix else env | {"HOME": os.environ["HOME"]}, user=unix
@@ -230,9 +231,7 @@ def another_unix_user_gets_nowhere(user: User, backend) -> None:
 
 
 def test_an_agent_cannot_reach_an_ordinary_users_question(backend):
-    unix, missing = second_user()
-    if unix is None:
-        pytest.skip(missing)
+    unix = second_user_or_skip()
     root = Path(tempfile.mkdtemp(prefix="lmd-one-question-"))  # pytest's tmp is root's, 0700
     user = User(root, backend, unix)
     try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import urllib.request
@@ -18,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import configure_home
-from tests.daemons import LiveDaemon, as_user_argv, second_user
+from tests.daemons import LiveDaemon, as_user_argv
 from tests.fake_backend import Reply
+from tests.worlds import give_to, second_user_or_skip
 
 pytestmark = pytest.mark.skipif(find_spec("mcp") is None, reason="needs pip install 'lmd[mcp]'")
 
@@ -84,16 +84,14 @@ def test_a_hostile_tool_name_is_quoted_and_cut_in_the_question(
 
 
 def test_the_same_as_an_ordinary_user(backend):
-    user, missing = second_user()
-    if user is None:
-        pytest.skip(missing)
+    user = second_user_or_skip()
     root = Path(tempfile.mkdtemp(prefix="lmd-mcp-names-"))  # pytest's tmp is root's, 0700
     try:
         backend.capabilities.update(tools=True, tool_choice=True)
         home = configure_home(root / "lmd-home", backend)
         prefix, extra = as_user_argv(user)  # the user's Python, with this venv's packages
         write_config(home, [prefix[-1], str(SERVER)], root / "notes.log", extra)
-        subprocess.run(["chown", "-R", f"{user}:{user}", str(root)], check=True)
+        give_to(user, root)
         root.chmod(0o755)
         env = {"LMD_TOKENIZER": "estimate", "HOME": str(root), "LMD_TOKEN": TOKEN}
         d = LiveDaemon(home, env, user=user)
