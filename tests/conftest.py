@@ -27,7 +27,7 @@ if "LMD_TEST_STATE" not in os.environ:
     # the process that made it (the run's controller) removes it; its workers inherit it
     atexit.register(shutil.rmtree, os.environ["LMD_TEST_STATE"], ignore_errors=True)
 
-from tests.daemons import IN_PROCESS, LiveDaemon, bwrap_reason, configure, probed_on
+from tests.daemons import IN_PROCESS, LiveDaemon, bwrap_reason, configure, configure_fake, probed_on
 from tests.fake_backend import FakeBackend
 from tests.warm_lmd import interpreter_env, put_back_interpreter_env
 
@@ -193,14 +193,7 @@ def shared_backend(module_backend: FakeBackend) -> FakeBackend:
 def configure_home(h: Path, backend: FakeBackend) -> Path:
     """Settings that point at the fake backend, with no retries, and the backend's
     capabilities as lmd's probe finds them (tests/daemons.py probed_on)."""
-    configure(
-        h,
-        probed=(backend.url, "fake-model", probed_on(backend)),
-        openai_chat_endpoint=backend.url,
-        openai_model="fake-model",
-        llm_max_retries=0,
-        llm_timeout_secs=10,
-    )
+    configure_fake(h, backend, probed=(backend.url, "fake-model", probed_on(backend)))
     backend.probe_kept_in.append(str(h / "lmd.db"))
     return h
 

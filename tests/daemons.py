@@ -20,7 +20,7 @@ import types
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"  # the workplace's real data; absent in a user's checkout
@@ -80,6 +80,20 @@ def configure(home: Path, probed: tuple[str, str, str] | None = None, **settings
     if probed is not None:
         store.save_capabilities(*probed)
     store.close()
+
+
+def configure_fake(
+    home: Path, backend: Any, probed: tuple[str, str, str] | None = None, **settings: object
+) -> None:
+    """configure() pointing `home` at the stand-in `backend` (tests/fake_backend.py): its
+    model, no retries, 10 s a request; `settings` add to these or replace them."""
+    fake: dict[str, object] = {
+        "openai_chat_endpoint": backend.url,
+        "openai_model": "fake-model",
+        "llm_max_retries": 0,
+        "llm_timeout_secs": 10,
+    }
+    configure(home, probed, **{**fake, **settings})
 
 
 def run_probe(url: str, model: str = "fake-model", key: str = "sk-x", timeout: float = 10):

@@ -57,7 +57,7 @@ from pathlib import Path
 from sybil import Example, Sybil
 from sybil.parsers.markdown import CodeBlockParser, SkipParser
 
-from tests.daemons import ROOT, SHARED, LiveDaemon, bwrap_reason, configure, free_port
+from tests.daemons import ROOT, SHARED, LiveDaemon, bwrap_reason, configure_fake, free_port
 from tests.fake_backend import FakeBackend, Reply
 from tests.warm_lmd import WarmLmd
 
@@ -280,13 +280,7 @@ def setup_page(namespace: dict) -> None:
     page = Page(Path(tempfile.mkdtemp(prefix="lmd-docs-")), backend)
     page.work.mkdir()
     os.chmod(page.root, 0o755)  # as root, sandboxed commands run as nobody: let them in
-    configure(
-        page.lmd_home,
-        openai_chat_endpoint=backend.url,
-        openai_model="fake-model",
-        llm_max_retries=0,
-        llm_timeout_secs=10,
-    )
+    configure_fake(page.lmd_home, backend)
     make_fixtures(page.work)
     page.py.update(page=page, backend=backend, env=page.env, work=page.work)
     # for skip conditions: the workplace's data beside the checkout, a real command sandbox

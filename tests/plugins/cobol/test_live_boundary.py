@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import LiveDaemon, configure, second_user
+from tests.daemons import LiveDaemon, configure_fake, second_user
 from tests.fake_backend import FakeBackend, Reply
 from tests.worlds import give_to, world_user
 
@@ -198,13 +198,7 @@ class World:
         home, lmd_home = self.root / "home", self.root / "lmd-home"
         home.mkdir()
         lmd_home.mkdir(mode=0o700)
-        configure(
-            lmd_home,
-            openai_chat_endpoint=self.backend.url,
-            openai_model="fake-model",
-            llm_max_retries=0,
-            llm_timeout_secs=10,
-        )
+        configure_fake(lmd_home, self.backend)
         self.own(self.root)
         self.daemon = LiveDaemon(
             lmd_home,

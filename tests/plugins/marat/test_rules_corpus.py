@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import LiveDaemon, configure, writable_by_others
+from tests.daemons import LiveDaemon, configure_fake, writable_by_others
 from tests.fake_backend import FakeBackend, Reply
 from tests.worlds import give_to, second_user_or_skip
 
@@ -220,14 +220,7 @@ class World:
     def start(self) -> LiveDaemon:
         home = self.root / "lmd-home"
         home.mkdir(mode=0o700)
-        configure(
-            home,
-            openai_chat_endpoint=self.backend.url,
-            openai_model="fake-model",
-            llm_max_retries=0,
-            llm_timeout_secs=10,
-            marat_command_timeout_secs=10,
-        )
+        configure_fake(home, self.backend, marat_command_timeout_secs=10)
         (home / "token").write_text(TOKEN + "\n")
         give_to(self.user, home)
         env = {"HOME": str(self.home), "LMD_TOKEN": TOKEN, "LMD_TOKENIZER": "estimate"}

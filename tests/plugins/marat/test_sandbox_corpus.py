@@ -50,7 +50,7 @@ from tests.daemons import (
     ROOT,
     Listener,
     LiveDaemon,
-    configure,
+    configure_fake,
     install_plugin,
     processes_with,
     tree_hash,
@@ -437,14 +437,8 @@ class World:
     def start(self, name: str, env: dict | None = None) -> LiveDaemon:
         home = self.root / name
         home.mkdir(mode=0o700)
-        configure(
-            home,
-            openai_chat_endpoint=self.backend.url,
-            openai_model="fake-model",
-            llm_max_retries=0,
-            llm_timeout_secs=10,
-            marat_command_timeout_secs=2,  # the approval and sandbox settings stay default
-        )
+        # the approval and sandbox settings stay default
+        configure_fake(home, self.backend, marat_command_timeout_secs=2)
         (home / "token").write_text(TOKEN + "\n")  # where a token file would live
         give_to(self.user, home)
         site = self.root / "site"

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.daemons import ROOT, LiveDaemon, as_user_argv, configure, second_user
+from tests.daemons import ROOT, LiveDaemon, as_user_argv, configure_fake, second_user
 from tests.fake_backend import Reply
 from tests.worlds import give_to, second_user_or_skip
 
@@ -61,14 +61,7 @@ class User:
         self.unix_home.mkdir()
         (self.work / "Makefile").write_text("test:\n\techo ran > ran-make-test.txt\n")
         self.home.mkdir(mode=0o700)
-        configure(
-            self.home,
-            openai_chat_endpoint=backend.url,
-            openai_model="fake-model",
-            llm_max_retries=0,
-            llm_timeout_secs=30,
-            marat_start_dir=str(self.work),
-        )
+        configure_fake(self.home, backend, llm_timeout_secs=30, marat_start_dir=str(self.work))
         if unix is not None:
             root.chmod(0o755)
             give_to(unix, root)
