@@ -27,6 +27,7 @@ if "LMD_TEST_STATE" not in os.environ:
     # the process that made it (the run's controller) removes it; its workers inherit it
     atexit.register(shutil.rmtree, os.environ["LMD_TEST_STATE"], ignore_errors=True)
 
+from daemon.core.store import Store
 from tests.daemons import IN_PROCESS, LiveDaemon, bwrap_reason, configure, configure_fake, probed_on
 from tests.fake_backend import FakeBackend
 from tests.warm_lmd import interpreter_env, put_back_interpreter_env
@@ -202,6 +203,15 @@ def configure_home(h: Path, backend: FakeBackend) -> Path:
 def home(tmp_path: Path, backend: FakeBackend) -> Path:
     """An LMD_HOME whose settings point at the fake backend, with no retries."""
     return configure_home(tmp_path / "lmd-home", backend)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """A migrated lmd database of its own (no daemon, no settings changed)."""
+    s = Store(tmp_path / "lmd.db")
+    s.migrate()
+    yield s
+    s.close()
 
 
 @pytest.fixture(scope="module")

@@ -6,20 +6,10 @@ live-daemon attacks are in tests/plugins/marat/test_rules_corpus.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from daemon.agent import effective, rules
 from daemon.core.store import Store
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store(tmp_path / "lmd.db")
-    s.migrate()
-    yield s
-    s.close()
 
 
 def ruled(store: Store, command: str, cwd: str = "/tmp") -> tuple[str, str] | None:

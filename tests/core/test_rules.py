@@ -12,17 +12,8 @@ from pathlib import Path
 import pytest
 
 from daemon.agent import rules
-from daemon.core.store import Store
 from plugins.marat import answers
 from tests.daemons import lmd_in_process
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store(tmp_path / "lmd.db")
-    s.migrate()
-    yield s
-    s.close()
 
 
 @pytest.fixture

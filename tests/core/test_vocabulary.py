@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from daemon.core.store import Store
 from daemon.spoken.vocabulary import add_word, dictation_hint
 from tests.daemons import lmd_in_process
 from tests.plugins.marat.conftest import GIT_ENV, action, final, say
@@ -35,14 +34,6 @@ def repo(tmp_path: Path, monkeypatch) -> Path:
         (bin_dir / program).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     return repo
-
-
-@pytest.fixture
-def store(tmp_path: Path):
-    s = Store(tmp_path / "lmd.db")
-    s.migrate()
-    yield s
-    s.close()
 
 
 def test_spoken_punctuation_and_names_here(repo):
