@@ -19,6 +19,8 @@ import time
 import types
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -498,6 +500,27 @@ def cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+@contextmanager
+def peak_while(measure: Callable[[], int], every: float) -> Iterator[dict[str, int]]:
+    """The most `measure()` returned, sampled in a thread every `every` seconds while the
+    block runs: the dict's "most", complete once the block has ended."""
+    peak = {"most": 0}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak["most"] = max(peak["most"], measure())
+            time.sleep(every)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        sampler.join()
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:

@@ -19,7 +19,7 @@ import pytest
 from daemon.execution import sandbox
 from daemon.execution.runner import REDACTED, redact, run_command
 from daemon.execution.sandbox import Limits, Policy, bwrap, cgroups, detection
-from tests.daemons import SANDBOX_PYTHON, processes_with
+from tests.daemons import SANDBOX_PYTHON, peak_while, processes_with
 
 
 def policy(tmp_path: Path, **kw) -> Policy:
@@ -470,44 +470,32 @@ print(repr((r.timed_out, r.blocked, r.output[-300:])))
 def test_an_ordinary_users_command_is_bounded_as_a_whole_without_a_cgroup(request):
     """The attack: a four-process pipeline took 8 GiB (each process under its own limit). An
     ordinary user gets no memory cgroup here; lmd watches the whole command and ends it."""
-    import threading
-    import time
-
     user = _second_user()
     if user is None:
         pytest.skip("needs root, setpriv, /usr/bin/python3 and useradd to make a second user")
     uid = int(subprocess.run(["id", "-u", user], capture_output=True, text=True).stdout)
-    peak = {"bytes": 0}
-    done = threading.Event()
 
-    def sample() -> None:  # the user's tail processes, summed (an independent measure)
-        while not done.is_set():
-            total = 0
-            for entry in Path("/proc").iterdir():
-                try:
-                    if entry.name.isdigit() and entry.stat().st_uid == uid:
-                        status = (entry / "status").read_text()
-                        if "Name:\ttail" in status:
-                            total += int(status.split("VmRSS:")[1].split()[0]) * 1024
-                except (OSError, IndexError, ValueError):
-                    continue
-            peak["bytes"] = max(peak["bytes"], total)
-            time.sleep(0.01)
+    def tails() -> int:  # the user's tail processes, summed (an independent measure)
+        total = 0
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and entry.stat().st_uid == uid:
+                    status = (entry / "status").read_text()
+                    if "Name:\ttail" in status:
+                        total += int(status.split("VmRSS:")[1].split()[0]) * 1024
+            except (OSError, IndexError, ValueError):
+                continue
+        return total
 
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    try:
+    with peak_while(tails, 0.01) as peak:
         ran = as_second_user(request, MEMORY_SCRIPT, 120)
-    finally:
-        done.set()
-        sampler.join()
     assert ran.returncode == 0, ran.stderr
     timed_out, blocked, output = eval(ran.stdout)  # our own repr
     assert not timed_out and blocked == "it hit the memory limit (200 MiB for the whole command)"
     assert "together its processes held more than 200 MiB" in output
     # four tails would reach 4 x 200 MiB; the watch ends them near 200 MiB (it looks every
     # 50 ms: what they allocate meanwhile passes)
-    assert 100 * 2**20 < peak["bytes"] < 400 * 2**20, peak
+    assert 100 * 2**20 < peak["most"] < 400 * 2**20, peak
 
 
 @pytest.mark.bwrap

@@ -15,7 +15,7 @@ import pytest
 from daemon.execution import sandbox
 from daemon.execution.runner import run_command
 from daemon.execution.sandbox import Limits, Policy, detection
-from tests.daemons import LiveDaemon, configure, say, tree_hash
+from tests.daemons import LiveDaemon, configure, peak_while, say, tree_hash
 
 pytestmark = [
     pytest.mark.bwrap,
@@ -147,41 +147,33 @@ def test_git_status_with_a_hook_in_the_repository_cannot_touch_the_kernel(
 def test_memory_is_limited_for_the_whole_command_not_each_process(tmp_path):
     """Four `tail /dev/zero` in a pipeline each stay under the per-process limit; together
     they may not pass it: the command's memory cgroup holds the sum."""
-    import threading
-    import time
-
     found = sandbox.detect()
     assert found.memory_cgroup, found.warnings
     limit_mb = 200
     pol = Policy("read-only", str(tmp_path), str(tmp_path), limits=Limits(memory_mb=limit_mb))
-    peak = {"bytes": 0}
-    done = threading.Event()
 
-    def watch() -> None:
-        while not done.is_set():
-            for group in Path(found.memory_cgroup).glob("cmd-*"):
-                # only this command's group (other tests' commands run meanwhile, larger)
-                for limit_file in ("memory.limit_in_bytes", "memory.max"):
-                    try:
-                        mine = int((group / limit_file).read_text()) == limit_mb * 2**20
-                    except (OSError, ValueError):
-                        continue
-                    break
-                else:
+    def used() -> int:
+        most = 0
+        for group in Path(found.memory_cgroup).glob("cmd-*"):
+            # only this command's group (other tests' commands run meanwhile, larger)
+            for limit_file in ("memory.limit_in_bytes", "memory.max"):
+                try:
+                    mine = int((group / limit_file).read_text()) == limit_mb * 2**20
+                except (OSError, ValueError):
                     continue
-                if not mine:
+                break
+            else:
+                continue
+            if not mine:
+                continue
+            for name in ("memory.usage_in_bytes", "memory.current"):
+                try:
+                    most = max(most, int((group / name).read_text()))
+                except (OSError, ValueError):
                     continue
-                for name in ("memory.usage_in_bytes", "memory.current"):
-                    try:
-                        used = int((group / name).read_text())
-                    except (OSError, ValueError):
-                        continue
-                    peak["bytes"] = max(peak["bytes"], used)
-            time.sleep(0.02)
+        return most
 
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
+    with peak_while(used, 0.02) as peak:
         r = asyncio.run(
             run_command(
                 "tail /dev/zero | tail /dev/zero | tail /dev/zero | tail /dev/zero; echo end=$?",
@@ -191,11 +183,8 @@ def test_memory_is_limited_for_the_whole_command_not_each_process(tmp_path):
                 sandbox=pol,
             )
         )
-    finally:
-        done.set()
-        watcher.join()
     assert not r.timed_out and "end=" in r.output  # the cgroup ended it, not the timeout
-    assert limit_mb * 0.5 * 2**20 < peak["bytes"] <= limit_mb * 1.02 * 2**20, peak
+    assert limit_mb * 0.5 * 2**20 < peak["most"] <= limit_mb * 1.02 * 2**20, peak
 
 
 def test_sys_stays_unwritable(tmp_path):
