@@ -51,6 +51,14 @@ def write_config(home: Path, log: Path, *extra: str, **servers: dict) -> None:
     (home / "mcp.json").write_text(json.dumps({"mcpServers": servers}))
 
 
+def write_pid_config(home: Path, tmp_path: Path) -> Path:
+    """One test server, "t", that writes its pid into a file: that file's path."""
+    pidfile = tmp_path / "server.pid"
+    env = {"MCP_TEST_LOG": str(tmp_path / "x.log"), "MCP_TEST_PIDFILE": str(pidfile)}
+    write_config(home, tmp_path / "x.log", t={"command": STDIO[0], "args": STDIO[1:], "env": env})
+    return pidfile
+
+
 def call(name: str, **arguments) -> Reply:
     return Reply("", tool_calls=[(name, json.dumps(arguments))])
 
@@ -463,16 +471,7 @@ def alive(pid: int) -> bool:
 
 
 def test_servers_start_on_first_need_and_stop_with_the_daemon(home, tmp_path, tools_backend, live):
-    pidfile = tmp_path / "server.pid"
-    write_config(
-        home,
-        tmp_path / "x.log",
-        t={
-            "command": STDIO[0],
-            "args": STDIO[1:],
-            "env": {"MCP_TEST_LOG": str(tmp_path / "x.log"), "MCP_TEST_PIDFILE": str(pidfile)},
-        },
-    )
+    pidfile = write_pid_config(home, tmp_path)
     d = live()
     with urllib.request.urlopen(d.url + "/rules", timeout=10) as r:
         assert r.status == 200
@@ -494,16 +493,7 @@ def test_the_shutdown_hook_of_a_plugin_that_uses_the_hub_stops_its_servers(plugi
     """The daemon knows nothing of MCP: the hub's servers stop in the `shutdown` hook of each
     plugin that uses the hub, so they stop with only marat (its tools) or only the mcp plugin
     (GET /mcp/servers) loaded, before the daemon closes."""
-    pidfile = tmp_path / "server.pid"
-    write_config(
-        home,
-        tmp_path / "x.log",
-        t={
-            "command": STDIO[0],
-            "args": STDIO[1:],
-            "env": {"MCP_TEST_LOG": str(tmp_path / "x.log"), "MCP_TEST_PIDFILE": str(pidfile)},
-        },
-    )
+    pidfile = write_pid_config(home, tmp_path)
 
     async def run() -> tuple[bool, bool, bool]:
         daemon = Daemon(home, pm=load_plugins({plugin, "dali"}))
