@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -45,16 +46,10 @@ def _stream_ttft(conn_factory, path: str, headers: dict, body: dict) -> tuple[fl
 
 def _daemon_engine(daemon_pid: int) -> tuple[str, str]:
     """(socket path, key) of the daemon's own llama-server, read as its user may."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            if int(stat.rsplit(")", 1)[1].split()[1]) != daemon_pid:
-                continue
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
+    from tests.daemons import children, cmdline
+
+    for pid in children(daemon_pid):
+        argv = cmdline(pid).split(b"\0")
         if b"--api-key-file" in argv:
             key_file = Path(argv[argv.index(b"--api-key-file") + 1].decode())
             host = argv[argv.index(b"--host") + 1].decode()
@@ -106,13 +101,9 @@ def bench_dali_through_lmd(tmp: Path, runs: int, threads: int) -> None:
 
         def at_once(count: int) -> float:
             took = [0.0] * count
-            ts = [threading.Thread(target=one_session, args=(i, took)) for i in range(count)]
-            t = time.perf_counter()
-            for th in ts:
-                th.start()
-            for th in ts:
-                th.join()
-            return time.perf_counter() - t
+            return _all_at_once(
+                [threading.Thread(target=one_session, args=(i, took)) for i in range(count)]
+            )
 
         ones, fours = [], []
         for _ in range(max(2, runs // 2)):
@@ -151,11 +142,15 @@ def _replay(server, recorded: list[tuple[str, bytes]], at_once: int, mark: bytes
                 raise RuntimeError(f"HTTP {answer.status}")
         conn.close()
 
-    ts = [threading.Thread(target=worker) for _ in range(at_once)]
+    return _all_at_once([threading.Thread(target=worker) for _ in range(at_once)])
+
+
+def _all_at_once(threads: list[threading.Thread]) -> float:
+    """Seconds from starting every thread to the end of the last."""
     t = time.perf_counter()
-    for th in ts:
+    for th in threads:
         th.start()
-    for th in ts:
+    for th in threads:
         th.join()
     return time.perf_counter() - t
 
@@ -186,41 +181,54 @@ def bench_batches(threads: int) -> None:
     from daemon.backends.llm import LLM
     from plugins.lm_score.config import ScoreConfig
     from plugins.lm_score.scorer import Scorer
+    from plugins.selectit.datasets import Sample
     from plugins.selectit.engine import prompts_for
     from plugins.selectit.openai_backend import OpenAIRater
     from plugins.selectit.prompts import load_templates
 
     server = EmbeddedServer(bundled_model_path(), n_ctx=2048, n_threads=threads, tcp=True).start()
-    try:
 
-        async def lm_score() -> tuple[float, list, int]:
+    def timed(job) -> tuple[float, list, int, Any]:
+        """Run `job(llm, width, start)` on lmd's client, `width` requests at once (as
+        batch_concurrency says): its `start()`, called after its warm-up, begins the clock and
+        the recording of what it sends. (Seconds from start to the job's end, the requests
+        recorded, width, what the job returned.)"""
+
+        async def run() -> tuple[float, list, int, Any]:
             llm = LLM(server.url, server.key, 600, 0, server.alias)
             width = await batch_concurrency(llm)
+            begun: list = []
+
+            def start() -> None:
+                begun.extend((_recording(llm), time.perf_counter()))
+
+            result = await job(llm, width, start)
+            took = time.perf_counter() - begun[1]
+            await llm.close()
+            return took, begun[0], width, result
+
+        return asyncio.run(run())
+
+    try:
+
+        async def lm_score(llm, width: int, start) -> list:
             config = ScoreConfig(endpoint=server.url, api_key=server.key, model=server.alias,
                                  concurrency=width, cache=False, timeout=600)  # fmt: skip
             scorer = Scorer(config, llm=llm)
             await scorer.score(["warm up", "Is this text about the weather?"])
-            recorded = _recording(llm)
             rows = [[f"Row {i}: the {['rain', 'sun', 'bus', 'cat'][i % 4]} was late today.",
                      "Is this text about the weather?"] for i in range(100)]  # fmt: skip
-            t = time.perf_counter()
-            results = await scorer.score_many(rows, cache=False)
-            took = time.perf_counter() - t
-            await llm.close()
-            assert not [r for r in results if isinstance(r, Exception)]
-            return took, recorded, width
+            start()
+            return await scorer.score_many(rows, cache=False)
 
-        took, recorded, width = asyncio.run(lm_score())
+        took, recorded, width, results = timed(lm_score)
+        assert not [r for r in results if isinstance(r, Exception)]
         best = _best(server, recorded)
         print(f"    100-row LM_SCORE batch through lmd ({width} at once): {100 / took:.2f} rows/s; "
               f"the engine's best for the same {len(recorded)} requests {100 / best:.2f} rows/s: "
               f"{best / took:.0%} (goal: at least 80%)")  # fmt: skip
 
-        async def selectit() -> tuple[float, list, int]:
-            from plugins.selectit.datasets import Sample
-
-            llm = LLM(server.url, server.key, 600, 0, server.alias)
-            width = await batch_concurrency(llm)
+        async def selectit(llm, width: int, start) -> list:
             rater = OpenAIRater(llm, server.alias, api="chat", concurrency=width)
             templates = load_templates()
             samples = [Sample(id=i, record={}, line=i + 1, input="",
@@ -229,15 +237,11 @@ def bench_batches(threads: int) -> None:
                        for i in range(50)]  # fmt: skip
             lists = [prompts_for(s, templates) for s in samples]
             await rater.rate(lists[0][0])
-            recorded = _recording(llm)
-            t = time.perf_counter()
-            done = [x async for x in rater.rate_samples(lists)]
-            took = time.perf_counter() - t
-            await llm.close()
-            assert len(done) == 50
-            return took, recorded, width
+            start()
+            return [x async for x in rater.rate_samples(lists)]
 
-        took, recorded, width = asyncio.run(selectit())
+        took, recorded, width, done = timed(selectit)
+        assert len(done) == 50
         best = _best(server, recorded)
         print(f"    50-sample SelectIT run through lmd ({width} at once, {len(recorded)} "
               f"ratings): {50 / took:.2f} samples/s; the engine's best {50 / best:.2f} "
