@@ -46,6 +46,13 @@ def server_pids(daemon_pid: int) -> list[int]:
     return [child for child in children(daemon_pid) if b"--api-key-file" in cmdline(child)]
 
 
+def answering_server(d: LiveDaemon, session: str) -> int:
+    """The daemon's model server, once it has answered a first `dali hi` in `session`."""
+    assert say(d.url, session, "dali hi", timeout=120)[0] == 200
+    (server,) = server_pids(d.proc.pid)
+    return server
+
+
 def server_folder(pid: int) -> Path:
     """The private folder of the server `pid` (its key file's)."""
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -108,8 +115,7 @@ def test_a_crash_mid_answer_is_said_and_the_server_comes_back(tmp_path):
     home = embedded_home(tmp_path)
     d = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
     try:
-        assert say(d.url, "warm", "dali hi", timeout=120)[0] == 200
-        (server,) = server_pids(d.proc.pid)
+        server = answering_server(d, "warm")
         before = cpu_ticks(server)
         answer: list = []
 
@@ -344,8 +350,7 @@ def test_another_user_can_neither_reach_nor_take_the_server(tmp_path):
     home = embedded_home(tmp_path)
     d = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
     try:
-        assert say(d.url, "s", "dali hi", timeout=120)[0] == 200
-        (server,) = server_pids(d.proc.pid)
+        server = answering_server(d, "s")
         folder = server_folder(server)
         attack = f"""
 import os, socket
