@@ -43,6 +43,8 @@ SHAPES = {
     "approval": "what runs without a spoken yes, and how long a yes, a question or a rule lasts",
     "safety": "the sandbox, where commands and builds run, what the daemon loads or runs, "
     "where the API key and the user's words go, and who may call",
+    "model": "which model and which server answer: who hears the user's words and whose "
+    "answers (replies, scores, verdicts) lmd takes",
 }
 
 

@@ -42,6 +42,23 @@ def fields_option(value: Any) -> str | None:
     raise LmdError('"fields" must be like {"instruction": "prompt"} or "instruction=prompt".')
 
 
+def refuse_choosing_the_model(options: dict, settings: Any) -> None:
+    """An option that picks who rates (one standing for a setting of the `model` shape: model,
+    backend, api) is the user's alone, as that setting is: only a request with the daemon's
+    token may send it, never an agent (X-Lmd-Agent) nor a program without the token."""
+    from daemon.api import token_presented
+
+    for key in options:
+        spec = settings.specs.get(f"selectit_{key}")
+        if spec is not None and "model" in spec.shapes and not token_presented():
+            raise LmdError(
+                f'The option "{key}" picks the model that rates, which only you choose: send '
+                f"the daemon's token with the request, or set {spec.name} with "
+                f"`lmd settings set {spec.name} ...`.",
+                status=403,
+            )
+
+
 def confine_paths(cfg: Any, options: dict, home: Any) -> Any:
     """Paths in the request (rp_file; model when the backend is a local model) must lie in
     the daemon's home: a request must not make the daemon read an arbitrary file."""
@@ -86,6 +103,7 @@ async def selectit_route(request: Any) -> Any:
         raise LmdError('"details" must be true or false.')
     fields = parse_fields(fields_option(options.pop("fields", None)))
     settings = daemon.settings()
+    refuse_choosing_the_model(options, settings)
     cfg = resolve(settings, {}, options, "in the request")
     cfg = confine_paths(cfg, options, daemon.home)
     templates = choose_templates(load_templates(cfg.rp_file or None), cfg.k)
@@ -204,7 +222,11 @@ selectit_route.openapi = {
                 }
                 for code, why in (
                     ("400", "A bad record or option, in one sentence."),
-                    ("403", "A path option outside the daemon's home."),
+                    (
+                        "403",
+                        "A path option outside the daemon's home, or an option that "
+                        "picks the model (model, backend, api) without the daemon's token.",
+                    ),
                     ("413", "The body is too large."),
                     ("502", "The backend failed."),
                     ("504", "The backend took too long."),

@@ -89,9 +89,13 @@ def test_selectit_route_rp_file_cannot_escape_home(make_client, home, backend, t
 
 
 def test_selectit_route_local_model_cannot_escape_home(make_client, tmp_path):
-    client = make_client()
-    r = client.post(
-        "/selectit",
-        json={"record": alpaca(1)[0], "backend": "transformers", "model": str(tmp_path)},
-    )
+    client = make_client(token="hardening-token")
+    body = {"record": alpaca(1)[0], "backend": "transformers", "model": str(tmp_path)}
+    mine = {"Authorization": "Bearer hardening-token"}
+    r = client.post("/selectit", json=body, headers=mine)
     assert r.status_code == 403 and "model directory" in r.json()["error"]
+    # without the token (a program, an agent) it may not pick the model at all
+    for headers in ({}, {**mine, "X-Lmd-Agent": "1"}):
+        r = client.post("/selectit", json=body, headers=headers)
+        assert r.status_code == 403
+        assert r.json()["error"].startswith('The option "backend" picks the model that rates')
