@@ -164,8 +164,8 @@ def build(url: str | None = None) -> Any:
         return json.dumps(await call("GET", "/elo/leaderboard"), ensure_ascii=False)
 
     @server.tool(
-        description="Search lmd's history (what was said, in every session or one) for a "
-        "text; newest first.",
+        description="Search lmd's history (what was said in agents' sessions, every one or "
+        "one; never the user's own) for a text; newest first.",
         annotations=ToolAnnotations(read_only_hint=True),
     )
     async def history_search(query: str, session: str = "", limit: int = 20) -> str:
