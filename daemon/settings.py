@@ -181,7 +181,18 @@ class Setting:
 def refuse_if_protected(spec: Setting, token_presented: bool) -> None:
     """Refuse (403) a change to a protected setting that arrives over HTTP (a route, or a mode
     answering /v1) without the daemon's token: being the owner's process is not enough for
-    these (see token_presented)."""
+    these (see token_presented). An agent's request (X-Lmd-Agent: a model's words relayed)
+    changes no setting at all: an unprotected one still bounds every request, command and
+    model call of the user's (max_body_bytes, llm_timeout_secs, ...)."""
+    from daemon.approvals import relays_model
+
+    if relays_model():
+        raise LmdError(
+            f"The setting {spec.name} is protected from agents: a client relaying a model's "
+            "words changes no setting; the user changes it with "
+            f"`lmd settings set {spec.name} ...` or by voice (lmd say knob ...).",
+            status=403,
+        )
     if spec.protected and not token_presented:
         raise LmdError(
             f"The setting {spec.name} is protected: change it with "

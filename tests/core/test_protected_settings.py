@@ -4,9 +4,9 @@ model is told, or how long and for what an approval holds, is the user's alone.
 A setting declares what it shapes (`Setting.shapes`: prompt, approval, safety) and is protected
 because of it. Over every setting lmd and its plugins declare, these tests check that:
 - the protection follows the declaration, for every one;
-- an agent (a request marked X-Lmd-Agent, as `lmd mcp serve` sends, token or not) and a local
-  program without the token change no protected setting, by PUT, DELETE or knob; the user's
-  own client (the token) and the CLI can;
+- an agent (a request marked X-Lmd-Agent, as `lmd mcp serve` sends, token or not) changes no
+  setting at all, and a local program without the token no protected one, by PUT, DELETE or
+  knob; the user's own client (the token) and the CLI can;
 - no unprotected setting changes what dali, marat or cobol send the model: each is set to
   another value and a fresh turn of each mode is compared with the turn under the defaults
   (system message, every message, the tools and the response format). A new setting that
@@ -129,8 +129,16 @@ def test_no_agent_or_tokenless_program_changes_a_protected_setting(guarded, make
             assert mine.status_code == 200, (spec.name, mine.text)
             assert guarded.delete(path, headers=AUTH).status_code == 200
         else:
-            assert agent.status_code == 200, (spec.name, agent.text)
-            assert guarded.delete(path, headers=AGENT).status_code == 200
+            # an agent changes no setting at all; a program of the user's without the token
+            # changes the unprotected ones
+            assert agent.status_code == 403, (spec.name, agent.text)
+            assert agent.json()["error"].startswith(
+                f"The setting {spec.name} is protected from agents: a client relaying a "
+                "model's words changes no setting;"
+            )
+            assert guarded.delete(path, headers=AGENT).status_code == 403
+            assert peer.status_code == 200, (spec.name, peer.text)
+            assert tokenless.delete(path).status_code == 200
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,11 @@ client and the real `lmd say`, as root and as an ordinary Unix user:
   user's model, and the user, by voice through `lmd say`, still changes it;
 - selectit reads a file only from LMD_HOME/files: another project's file, a key under ~/.ssh,
   a link out of the folder and the daemon's own token are refused with one sentence, and
-  nothing of them reaches the model.
+  nothing of them reaches the model;
+- nor does marat read them for it: an agent's command, read-only or not, waits for its
+  user's yes; history_search finds nothing of the user's sessions (where a command's output
+  held the secret); and it changes no setting, not even an unprotected one that bounds every
+  request of the user's (max_body_bytes).
 """
 
 from __future__ import annotations
@@ -38,14 +42,20 @@ WHO_ANSWERS = {
     "backend": "knob set backend to embedded",
 }
 SECRET = "TOP SECRET line"
+UNPROTECTED = "knob set max body bytes to 64"  # every request of the user's would be refused
 REFUSED = "Over HTTP the file of records must be a file in "
 
 
 def model(body: dict) -> Reply:
-    """The stand-in model: ratings for SelectIT, a score for LM_SCORE, else a plain reply."""
+    """The stand-in model: ratings for SelectIT, a score for LM_SCORE, `cat data.jsonl` for
+    marat, else a plain reply."""
     text = prompt_of(body)
     if TASK.search(text):
         return task_handler(body)
+    if "Observation:" in text:
+        return Reply("Thought: done.\nFinal Thought: Shown.")
+    if "the project data" in text:
+        return Reply("Thought: I will read it.\nAction:\n```bash\ncat data.jsonl\n```")
     return Reply("Score: 7" if "Is it large?" in text else "Hello from the model.")
 
 
@@ -82,9 +92,15 @@ def the_agent(user, bad: dict[str, str]) -> dict:
     async def session() -> dict:
         seen: dict = {"knobs": {}, "files": {}}
         async with Client(user.mcp_serve()) as client:
-            for name, said in WHO_ANSWERS.items():
+            for name, said in {**WHO_ANSWERS, "max_body_bytes": UNPROTECTED}.items():
                 result = await client.call_tool("say", {"text": said, "session": "tools"})
                 seen["knobs"][name] = result.content[0].text
+            found = await client.call_tool("history_search", {"query": SECRET})
+            seen["found"] = json.loads(found.content[0].text)
+            read = await client.call_tool(
+                "say", {"text": "show me the project data", "mode": "marat", "session": "r"}
+            )
+            seen["marat"] = read.content[0].text
             scored = await client.call_tool(
                 "lm_score", {"question": "Is it large?", "contents": ["a blue whale"]}
             )
@@ -104,10 +120,21 @@ def the_agent(user, bad: dict[str, str]) -> dict:
 def attack(user, backend) -> None:
     backend.handler = model
     bad = plant(user)
+    # the user's own marat reads the project's data: its output is in the user's history
+    assert user.say("marat", "show me the project data").startswith("Shown.\n\n{")
+    assert any(SECRET in said for said in user.said("default"))
+    backend.clear()
     before = {s["name"]: s["value"] for s in user.get("/settings")["settings"]}
     seen = the_agent(user, bad)
     for name, reply in seen["knobs"].items():
         assert f"The setting {name} is protected" in reply, (name, reply)
+    assert "protected from agents" in seen["knobs"]["max_body_bytes"]
+    assert seen["found"] == []  # nothing of the user's sessions
+    # its marat asks its user first, even for a read-only command: nothing ran, nothing read
+    assert seen["marat"].startswith("I am about to run: cat data.jsonl. Say yes to run it")
+    assert "lmd waits for the user's yes in session r" in seen["marat"]
+    ran = [(c["session"], c["command"]) for c in user.get("/marat/commands")["commands"]]
+    assert ran == [("default", "cat data.jsonl")]
     after = {s["name"]: s["value"] for s in user.get("/settings")["settings"]}
     assert after == before
     # every call went to the user's model
