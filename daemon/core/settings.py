@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from daemon.core.approvals import relays_model
 from daemon.core.errors import LmdError
 
 TRUE_WORDS = {"true", "t", "yes", "y", "on", "1"}
@@ -43,6 +44,8 @@ SHAPES = {
     "approval": "what runs without a spoken yes, and how long a yes, a question or a rule lasts",
     "safety": "the sandbox, where commands and builds run, what the daemon loads or runs, "
     "where the API key and the user's words go, and who may call",
+    "model": "which model and which server answer: who hears the user's words and whose "
+    "answers (replies, scores, verdicts) lmd takes",
 }
 
 
@@ -179,7 +182,16 @@ class Setting:
 def refuse_if_protected(spec: Setting, token_presented: bool) -> None:
     """Refuse (403) a change to a protected setting that arrives over HTTP (a route, or a mode
     answering /v1) without the daemon's token: being the owner's process is not enough for
-    these (see token_presented)."""
+    these (see token_presented). An agent's request (X-Lmd-Agent: a model's words relayed)
+    changes no setting at all: an unprotected one still bounds every request, command and
+    model call of the user's (max_body_bytes, llm_timeout_secs, ...)."""
+    if relays_model():
+        raise LmdError(
+            f"The setting {spec.name} is protected from agents: a client relaying a model's "
+            "words changes no setting; the user changes it with "
+            f"`lmd settings set {spec.name} ...` or by voice (lmd say knob ...).",
+            status=403,
+        )
     if spec.protected and not token_presented:
         raise LmdError(
             f"The setting {spec.name} is protected: change it with "

@@ -422,10 +422,15 @@ class Store:
         rows = self._read("SELECT * FROM prompts WHERE id = ?", [prompt_id])
         return Prompt.from_row(rows[0]) if rows else None
 
-    def history(self, session: str | None = None, limit: int = 20) -> list[Prompt]:
-        """Newest `limit` prompts (of one session or all), oldest first, errors included."""
-        args: list[Any]
-        if session is None:
+    def history(
+        self, session: str | None = None, limit: int = 20, prefix: str = ""
+    ) -> list[Prompt]:
+        """Newest `limit` prompts (of one session, or of all whose names start with `prefix`),
+        oldest first, errors included."""
+        if session is None and prefix:
+            sql = "SELECT * FROM prompts WHERE substr(session, 1, ?) = ? ORDER BY id DESC LIMIT ?"
+            args = [len(prefix), prefix, limit]
+        elif session is None:
             sql, args = "SELECT * FROM prompts ORDER BY id DESC LIMIT ?", [limit]
         else:
             sql = "SELECT * FROM prompts WHERE session = ? ORDER BY id DESC LIMIT ?"

@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from daemon import __version__
 from daemon.core import karma
-from daemon.core.approvals import own_session
+from daemon.core.approvals import AGENT_PREFIX, own_session, relays_model
 from daemon.core.daemon import Daemon
 from daemon.core.errors import LmdError
 from daemon.core.registry import route_keys
@@ -183,7 +183,13 @@ async def history(request: Request) -> Response:
     except ValueError:
         raise LmdError("limit must be a whole number.") from None
     name = request.query_params.get("session")
-    prompts = daemon.store.history(name, max(1, min(limit, 10000)))
+    limit = max(1, min(limit, 10000))
+    if relays_model():
+        # An agent (lmd mcp serve) reads only agents' sessions: the user's words, and what
+        # their commands printed, are not for another program's model to carry off.
+        prompts = daemon.store.history(own_session(name) if name else None, limit, AGENT_PREFIX)
+    else:
+        prompts = daemon.store.history(name, limit)
     return JSONResponse({"prompts": karma.prompt_rows(prompts, daemon.settings(), time.time())})
 
 

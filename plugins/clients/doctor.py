@@ -361,8 +361,10 @@ def check_private_files(home: Path) -> Finding:
     return Finding("files", OK, f"{home} and its files are private to you.")
 
 
-def token_command_lines(proc: Path = Path("/proc")) -> list[tuple[int, str]]:
-    """(pid, command) of running `lmd serve` processes given a token on their command line."""
+def token_command_lines(home: Path, proc: Path = Path("/proc")) -> list[tuple[int, str]]:
+    """(pid, command) of this user's running `lmd serve` processes for `home` given a token
+    on their command line (another home's daemon, or another user's, is not this home's
+    business: its token opens another database)."""
     found = []
     try:
         entries = list(proc.iterdir())
@@ -372,19 +374,45 @@ def token_command_lines(proc: Path = Path("/proc")) -> list[tuple[int, str]]:
         if not entry.name.isdigit():
             continue
         try:
+            if entry.stat().st_uid != os.getuid():
+                continue
             argv = (entry / "cmdline").read_bytes().decode("utf-8", "replace").split("\0")
         except OSError:
             continue
         lmd = any(a.endswith(("lmd", "lmd.pyz", "daemon.cli")) for a in argv[:3])
         token = any(a == "--token" or a.startswith("--token=") for a in argv)
-        if lmd and token and "serve" in argv:
+        if lmd and token and "serve" in argv and _same_home(_serves_home(entry, argv), home):
             found.append((int(entry.name), " ".join(a for a in argv[:3] if a)))
     return found
 
 
+def _serves_home(entry: Path, argv: list[str]) -> str | None:
+    """The home a running `lmd serve` uses: its --home, else its environment's LMD_HOME,
+    XDG_DATA_HOME or HOME as default_home reads them; None when unreadable."""
+    for i, a in enumerate(argv):
+        if a == "--home" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--home="):
+            return a.split("=", 1)[1]
+    try:
+        pairs = (entry / "environ").read_bytes().decode("utf-8", "replace").split("\0")
+    except OSError:
+        return None
+    env = dict(p.split("=", 1) for p in pairs if "=" in p)
+    if env.get("LMD_HOME"):
+        return os.path.expanduser(env["LMD_HOME"])
+    data = env.get("XDG_DATA_HOME") or os.path.join(env.get("HOME", "/"), ".local", "share")
+    return os.path.join(data, "lmd")
+
+
+def _same_home(theirs: str | None, home: Path) -> bool:
+    """Whether `theirs` names `home` (an unreadable home counts: warn rather than miss)."""
+    return theirs is None or os.path.realpath(theirs) == os.path.realpath(home)
+
+
 def check_token(home: Path, environ: dict) -> Finding:
     """No token on a command line, where `ps` shows it to everyone; the token file private."""
-    exposed = token_command_lines()
+    exposed = token_command_lines(home)
     if exposed:
         pids = ", ".join(str(pid) for pid, _ in exposed)
         return Finding(

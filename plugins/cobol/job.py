@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon.api import Context, LmdError
+from daemon.api import Context, LmdError, relays_model
 
 from . import focus
 from .focus import Focus
@@ -58,7 +58,10 @@ def supersede_focus(ctx: Context) -> None:
 
 
 def approval_level(ctx: Context) -> str:
-    """marat's approval setting (when the marat plugin is absent: unsafe, its default)."""
+    """marat's approval setting (when the marat plugin is absent: unsafe, its default); for an
+    agent (lmd mcp serve) always: its edits and builds wait for its user's yes."""
+    if relays_model():
+        return "always"
     try:
         level = str(ctx.settings.get("marat_approval", "unsafe") or "unsafe").lower()
     except LmdError:

@@ -41,6 +41,7 @@ SETTINGS = [
         "str",
         "Model that judges battles (a models-file name); empty: the backend's own model.",
         past_defaults=("gpt-4",),  # before the backend's own model was the default (stop 36)
+        shapes=("model",),  # whose verdicts the ratings take: CLI or token only
     ),
     Setting(
         "elo_models_file",
@@ -48,7 +49,7 @@ SETTINGS = [
         "str",
         "Models file; empty means LMD_HOME/elo_models.yaml.",
         check=_check_models_file,
-        protected=True,  # it names the servers that receive the API key
+        shapes=("safety", "model"),  # it names the servers that receive the API key
     ),
     Setting(
         "elo_concurrency",

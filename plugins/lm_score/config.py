@@ -52,14 +52,20 @@ SETTINGS = [
     ),
     Setting("lm_score_ensemble_size", 5, "int", "Members of an ensemble.", min=2, max=64),
     Setting("lm_score_temperature", 0.7, "float", "Temperature of ensemble members.", min=0, max=2),
-    Setting("lm_score_model", "", "str", "Scoring model (empty: openai_model) (MODEL)."),
+    Setting(
+        "lm_score_model",
+        "",
+        "str",
+        "Scoring model (empty: openai_model) (MODEL).",
+        shapes=("model",),  # whose score lmd takes: CLI or token only
+    ),
     Setting(
         "lm_score_endpoint",
         "",
         "str",
         "Scoring backend URL (empty: openai_chat_endpoint) (SERVER_URL).",
         check=_check_url,
-        protected=True,  # it receives the API key, like openai_chat_endpoint
+        shapes=("safety", "model"),  # it receives the API key, like openai_chat_endpoint
     ),
     Setting(
         "lm_score_method",

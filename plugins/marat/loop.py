@@ -346,6 +346,10 @@ async def _resume(ctx: Context, task: Task, command: str) -> AsyncIterator[str]:
 
 async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
     s = ctx.settings
+    # An agent's command (lmd mcp serve: another program's model) runs only on its user's
+    # yes: under unsafe a read-only one would run at once, and the read-only sandbox still
+    # reads every file it does not hide (another project's, say) back to that model.
+    approval = "always" if relays_model() else s["marat_approval"]
     turns = s["max_thought_loops"]
     protocol = action_protocol(await ctx.llm.capabilities(), s["action_protocol"])
     ctx.extra["protocol"] = protocol
@@ -402,7 +406,7 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
                 )
                 continue
             # under marat_approval always an allow rule waits, for tools as for commands
-            if rule is not None and rule.decision == "allow" and s["marat_approval"] != "always":
+            if rule is not None and rule.decision == "allow" and approval != "always":
                 said = f"rule {rule.rule_id}: {rule.text}"
                 await _call_tool(ctx, task, call, "rule", answer=said, rule_id=rule.rule_id)
                 continue
@@ -421,7 +425,7 @@ async def _loop(ctx: Context, task: Task) -> AsyncIterator[str]:
         if ruled is not None and ruled.decision == "forbid":
             _refuse(ctx, task, command, cwd, ruled)
             continue
-        plan = plan_command(s["marat_approval"], s["sandbox_level"], command, task.escalate, ruled)
+        plan = plan_command(approval, s["sandbox_level"], command, task.escalate, ruled)
         task.escalate = False
         problem = sandbox.root_problem(cwd, plan.level) if not plan.ask else None
         policy = None

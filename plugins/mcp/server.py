@@ -10,6 +10,10 @@ is waiting on), treats them as no one's yes and gives them none of the token's r
 client's *user*: the `approve` tool asks them through MCP elicitation, showing lmd's own
 question, and only their accept sends the yes, bound to that exact question (`X-Lmd-Approve`).
 A client without elicitation is told how the user answers in lmd itself.
+
+It opens no file itself: a file the client names (selectit) is read by the daemon, under the
+rule for every path a request names (daemon/paths.py: only in LMD_HOME/files), so an agent
+cannot make lmd read ~/.ssh or another project's file and send it to a model.
 """
 
 import asyncio
@@ -153,12 +157,15 @@ def build(url: str | None = None) -> Any:
 
     @server.tool(
         description="SelectIT: score the instruction-response records of a JSON or JSONL file "
-        f"(at most {MAX_RECORDS}) by the model's own uncertainty.",
+        f"(at most {MAX_RECORDS}) by the model's own uncertainty. The file must be in lmd's "
+        "files folder (LMD_HOME/files): give its name there.",
         annotations=ToolAnnotations(read_only_hint=True),
     )
     async def selectit(path: str) -> str:
-        records = _records(Path(path).expanduser())
-        result = await call("POST", "/selectit", {"records": records})
+        if Path(path).suffix not in (".json", ".jsonl"):
+            raise ToolError("SelectIT reads a .json or .jsonl file of records.")
+        body = {"file": path, "max_records": MAX_RECORDS}
+        result = await call("POST", "/selectit", body)
         return json.dumps(result, ensure_ascii=False)
 
     @server.tool(
@@ -169,8 +176,8 @@ def build(url: str | None = None) -> Any:
         return json.dumps(await call("GET", "/elo/leaderboard"), ensure_ascii=False)
 
     @server.tool(
-        description="Search lmd's history (what was said, in every session or one) for a "
-        "text; newest first.",
+        description="Search lmd's history (what was said in agents' sessions, every one or "
+        "one; never the user's own) for a text; newest first.",
         annotations=ToolAnnotations(read_only_hint=True),
     )
     async def history_search(query: str, session: str = "", limit: int = 20) -> str:
@@ -187,31 +194,6 @@ def build(url: str | None = None) -> Any:
         return json.dumps(found, ensure_ascii=False)
 
     return server
-
-
-def _records(path: Path) -> list:
-    """The records of a JSON list or JSONL file; anything else is one sentence."""
-    if path.suffix not in (".json", ".jsonl"):
-        raise ToolError("SelectIT reads a .json or .jsonl file of records.")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ToolError(f"I cannot read {path}: {e}.") from None
-    try:
-        if path.suffix == ".json":
-            records = json.loads(text)
-        else:
-            records = [json.loads(line) for line in text.splitlines() if line.strip()]
-    except ValueError as e:
-        raise ToolError(f"{path} is not valid JSON ({e}).") from None
-    if not isinstance(records, list) or not records:
-        raise ToolError(f"{path} holds no list of records.")
-    if len(records) > MAX_RECORDS:
-        raise ToolError(
-            f"{path} has {len(records)} records; over MCP I score at most {MAX_RECORDS} "
-            "(lmd selectit scores any number)."
-        )
-    return records
 
 
 def serve_http(server: Any, bind: str, home: Path | None) -> None:

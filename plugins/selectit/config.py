@@ -68,6 +68,7 @@ SETTINGS = [
         "choice",
         "Where SelectIT gets rating probabilities: an OpenAI-compatible server or a local model.",
         choices=("openai", "transformers"),
+        shapes=("model",),  # which model rates: CLI or token only
     ),
     Setting(
         "selectit_api",
@@ -76,6 +77,7 @@ SETTINGS = [
         "OpenAI backend: completions (raw prompt, base models) or chat (instruct models).",
         choices=("completions", "chat"),
         synonyms={"completion": "completions", "raw": "completions"},
+        shapes=("model",),  # which of the server's endpoints rates: CLI or token only
     ),
     Setting(
         "selectit_model",
@@ -83,7 +85,7 @@ SETTINGS = [
         "str",
         "Model id (openai; empty = the backend's model) or local model (transformers; empty = "
         "meta-llama/Llama-3.1-8B).",
-        protected=True,  # a path the daemon loads: only the CLI or the token may set it
+        shapes=("safety", "model"),  # a path the daemon loads, and the model that rates
     ),
     Setting(
         "selectit_rp_file",
@@ -138,7 +140,7 @@ SETTINGS = [
         DEFAULTS.fallback_model,
         "str",
         "Local model to load, with a warning, when the model fails to (empty = stop instead).",
-        protected=True,  # a path the daemon loads: only the CLI or the token may set it
+        shapes=("safety", "model"),  # a path the daemon loads, and the model that rates
     ),
 ]
 

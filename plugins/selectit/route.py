@@ -8,33 +8,40 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from daemon.api import LmdError, allowed_http_path, choose_backend, read_json
+from daemon.api import LmdError, allowed_http_path, choose_backend, read_json, token_presented
 
 from .config import resolve
-from .datasets import check_unique, id_key, parse_fields, to_sample
+from .datasets import check_unique, id_key, parse_fields, read_dataset, to_sample
 from .engine import score_samples
 from .prompts import BUILTIN_FILE, choose_templates, load_templates
 from .raters import check_served, make_openai_rater, make_transformers_rater
 
 OPTION_KEYS = ("k", "alpha", "rp_file", "model", "api", "backend", "top_logprobs", "details")
-OPTION_KEYS += ("fields",)
+OPTION_KEYS += ("fields", "file", "max_records")
 
 
 def split_body(body: Any) -> tuple[list, dict, bool]:
-    """(records, options, single) from a record, a list, or {"records": [...], options}."""
+    """(records, options, single) from a record, a list, {"records": [...], options} or
+    {"file": NAME, options} (the records then come from read_file)."""
     if isinstance(body, list):
         return body, {}, False
     if not isinstance(body, dict):
         raise LmdError(
-            'Send a JSON record {"instruction": ..., "output": ...}, a list of them, or '
-            '{"records": [...]}.'
+            'Send a JSON record {"instruction": ..., "output": ...}, a list of them, '
+            '{"records": [...]} or {"file": "records.jsonl"}.'
         )
-    if "records" not in body and "record" not in body:
+    # a record names its instruction (or conversations): a body without one names a file
+    names_file = "file" in body and not {"instruction", "conversations"} & set(body)
+    if "records" not in body and "record" not in body and not names_file:
         return [body], {}, True
     options = {k: v for k, v in body.items() if k not in ("records", "record")}
     unknown = sorted(set(options) - set(OPTION_KEYS))
     if unknown:
         raise LmdError(f"Unknown option {unknown[0]!r}; the options are {', '.join(OPTION_KEYS)}.")
+    if names_file:
+        if "records" in body or "record" in body:
+            raise LmdError('Send the records or a "file" that holds them, not both.')
+        return [], options, False
     if "record" in body:
         return [body["record"]], options, True
     records = body["records"]
@@ -49,6 +56,42 @@ def fields_option(value: Any) -> str | None:
     if isinstance(value, dict):
         return ",".join(f"{ours}={theirs}" for ours, theirs in value.items())
     raise LmdError('"fields" must be like {"instruction": "prompt"} or "instruction=prompt".')
+
+
+def read_file(value: Any, daemon: Any, fields: dict) -> list:
+    """The samples of a JSON or JSONL file the request names: in the daemon's files folder
+    (daemon.paths.allowed_http_path, as every path a request names) and no larger than a
+    request body may be, read as `lmd selectit` reads a dataset."""
+
+    path = allowed_http_path(value, daemon.home, "file of records")
+    limit = daemon.settings()["max_body_bytes"]
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0  # missing: read_dataset says so
+    if size > limit:
+        raise LmdError(
+            f"{path.name} is {size:,} bytes, more than a request may carry (max_body_bytes, "
+            f"{limit:,}); score it with lmd selectit.",
+            status=413,
+        )
+    return read_dataset(path, fields).samples
+
+
+def refuse_choosing_the_model(options: dict, settings: Any) -> None:
+    """An option that picks who rates (one standing for a setting of the `model` shape: model,
+    backend, api) is the user's alone, as that setting is: only a request with the daemon's
+    token may send it, never an agent (X-Lmd-Agent) nor a program without the token."""
+
+    for key in options:
+        spec = settings.specs.get(f"selectit_{key}")
+        if spec is not None and "model" in spec.shapes and not token_presented():
+            raise LmdError(
+                f'The option "{key}" picks the model that rates, which only you choose: send '
+                f"the daemon's token with the request, or set {spec.name} with "
+                f"`lmd settings set {spec.name} ...`.",
+                status=403,
+            )
 
 
 def confine_paths(cfg: Any, options: dict, home: Any) -> Any:
@@ -66,7 +109,7 @@ def confine_paths(cfg: Any, options: dict, home: Any) -> Any:
 async def selectit_route(request: Any) -> Any:
     daemon = request.app.state.daemon
     records, options, single = split_body(await read_json(request, daemon))
-    if not records:
+    if not records and "file" not in options:
         raise LmdError("The list of records is empty; send at least one record.")
     for number, record in enumerate(records, start=1):
         if not isinstance(record, dict):
@@ -77,13 +120,26 @@ async def selectit_route(request: Any) -> Any:
     details = options.pop("details", False)
     if not isinstance(details, bool):
         raise LmdError('"details" must be true or false.')
+    most = options.pop("max_records", None)
+    if most is not None and (type(most) is not int or most < 1):
+        raise LmdError('"max_records" must be a whole number of at least 1.')
     fields = parse_fields(fields_option(options.pop("fields", None)))
+    named = options.pop("file", None)
     settings = daemon.settings()
+    refuse_choosing_the_model(options, settings)
     cfg = resolve(settings, {}, options, "in the request")
     cfg = confine_paths(cfg, options, daemon.home)
     templates = choose_templates(load_templates(cfg.rp_file or None), cfg.k)
-    samples = [to_sample(r, n, fields) for n, r in enumerate(records, start=1)]
-    check_unique(samples, "the request")
+    if named is not None:
+        samples = await asyncio.to_thread(read_file, named, daemon, fields)
+    else:
+        samples = [to_sample(r, n, fields) for n, r in enumerate(records, start=1)]
+        check_unique(samples, "the request")
+    if most is not None and len(samples) > most:
+        raise LmdError(
+            f"That is {len(samples)} records; this request scores at most {most} "
+            "(lmd selectit scores any number)."
+        )
     rater = None
     if any(s.valid for s in samples):
         if cfg.backend == "transformers":
@@ -150,7 +206,8 @@ selectit_route.openapi = {
                             {"type": "array", "items": _RECORD, "minItems": 1},
                             {
                                 "type": "object",
-                                "description": "One record, or {records|record, options}.",
+                                "description": "One record, or {records|record|file, options} "
+                                "(a file in LMD_HOME/files).",
                             },
                         ]
                     }
@@ -193,7 +250,11 @@ selectit_route.openapi = {
                 }
                 for code, why in (
                     ("400", "A bad record or option, in one sentence."),
-                    ("403", "A path option outside the daemon's home."),
+                    (
+                        "403",
+                        "A path option outside the daemon's home, or an option that "
+                        "picks the model (model, backend, api) without the daemon's token.",
+                    ),
                     ("413", "The body is too large."),
                     ("502", "The backend failed."),
                     ("504", "The backend took too long."),

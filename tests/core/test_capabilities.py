@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
@@ -100,7 +101,7 @@ def test_the_daemon_probes_once_and_keeps_it_across_restarts(home, backend):
         fresh = json.loads(_post(d.url + "/backend/probe"))
         assert len(backend.probes) == 2 * count and fresh["probed_at"] > first["probed_at"]
         # another model is another backend: probed on its own
-        _put(d.url + "/settings/openai_model", "other-model")
+        _put(d.url + "/settings/openai_model", "other-model", home)  # the user's, by token
         assert json.loads(_get(d.url + "/backend"))["model"] == "other-model"
         assert len(backend.probes) == 3 * count
         # the CLI shows the same
@@ -191,10 +192,12 @@ def _post(url: str) -> bytes:
         return r.read()
 
 
-def _put(url: str, value: str) -> bytes:
+def _put(url: str, value: str, home: Path) -> bytes:
     import urllib.request
 
-    req = urllib.request.Request(url, value.encode(), method="PUT")
+    token = (home / "token").read_text().strip()
+    headers = {"Authorization": f"Bearer {token}"}
+    req = urllib.request.Request(url, value.encode(), headers, method="PUT")
     with urllib.request.urlopen(req, timeout=60) as r:
         return r.read()
 

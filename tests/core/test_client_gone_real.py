@@ -54,7 +54,9 @@ def test_leaving_mid_answer_on_the_real_model(daemon, real_model):
     while got.count(b'data: "') < 3:  # three chunks of the story heard
         got += s.recv(4096)
     s.close()
-    assert wait_for(lambda: len(rows(daemon, "mid")) == 2, 60), rows(daemon, "mid")
+    # a bound, not a speed: on a loaded machine the next token (where lmd hears the
+    # disconnect at the latest) may be long in coming
+    assert wait_for(lambda: len(rows(daemon, "mid")) == 2, 240), rows(daemon, "mid")
     user, reply = rows(daemon, "mid")
     assert user[:2] == ("user", "ok") and reply[:2] == ("assistant", "cut") and reply[2]
     # the server stops generating (its CPU time stops growing) within a few tokens' time
@@ -73,7 +75,7 @@ def test_leaving_before_the_first_word_on_the_real_model(daemon, real_model):
     s = send(daemon, "early", "text/plain")
     assert wait_for(lambda: not idle(real_model.proc.pid), 60)  # the model is at work
     s.close()
-    assert wait_for(lambda: len(rows(daemon, "early")) == 3, 60), rows(daemon, "early")
+    assert wait_for(lambda: len(rows(daemon, "early")) == 3, 240), rows(daemon, "early")
     _, user, said = rows(daemon, "early")
     assert user[:2] == ("user", "failed")
     assert said[0] == "error" and said[2].startswith("The client closed the connection")

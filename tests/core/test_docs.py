@@ -191,6 +191,61 @@ def test_relative_links_and_anchors_resolve(path):
             assert anchor in anchors(linked), f"{path.name}: no heading for #{anchor} in {target}"
 
 
+LIST_ITEM = re.compile(r"^(\d+)\. ")
+FENCE = re.compile(r"^ {0,3}(`{3,}[^`]*|~{3,}.*)$")
+
+
+def broken_lists(text: str) -> list[str]:
+    """Where a page's lists came apart (a merge once put a whole section inside item 3 of a
+    numbered list, leaving the item's last lines and items 4-8 after it): a numbered list
+    that skips a number or starts past 1, or an indented line with no list item above it.
+    Fenced code and HTML comments (hidden set-up) are not read."""
+    found: list[str] = []
+    in_code = in_comment = False
+    listing: str | None = None  # "numbered" or "bullets" while a list goes on
+    expected = 1
+    for n, line in enumerate(text.split("\n"), 1):
+        if in_comment or line.startswith("<!--"):
+            in_comment = "-->" not in line
+            continue
+        if FENCE.match(line):
+            in_code = not in_code
+            continue
+        if in_code or not line.strip():
+            continue
+        item = LIST_ITEM.match(line)
+        if item:
+            number = int(item.group(1))
+            if number != (expected if listing == "numbered" else 1):
+                found.append(f"line {n}: item {number} where {expected if listing else 1} was due")
+            listing, expected = "numbered", number + 1
+        elif line.startswith(("- ", "* ")):
+            listing = "bullets"
+        elif line.startswith(" "):
+            if listing is None:
+                found.append(f"line {n}: an indented line under no list item: {line.strip()[:40]}")
+        else:
+            listing = None  # a paragraph, a heading or a table ends the list
+    return found
+
+
+@pytest.mark.parametrize("path", markdown_files(), ids=lambda p: p.name)
+def test_lists_hold_together(path):
+    assert broken_lists(path.read_text()) == []
+
+
+def test_broken_lists_are_found():
+    mangled = (
+        "1. one\n2. two\n   more of two\n\n## Another concept\n\nText.\n   rest of two\n3. three\n"
+    )
+    assert broken_lists(mangled) == [
+        "line 8: an indented line under no list item: rest of two",
+        "line 9: item 3 where 1 was due",
+    ]
+    fine = "1. one\n   ```sh\n   x\n   ```\n2. two\n\n<!-- x\n  y\n-->\n- a\n  b\n"
+    assert broken_lists(fine) == []
+
+
 def test_readme_is_a_front_page():
     text = README.read_text()
     assert len(text.encode()) < 10_000

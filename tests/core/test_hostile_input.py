@@ -181,12 +181,12 @@ def test_hostile_json_bodies(client, backend, body, sentence):
 
 def test_lone_surrogate_in_a_json_setting_value_is_400(client):
     r = client.put(
-        "/settings/openai_model",
-        content='{"value": "gpt \\ud800"}',
+        "/settings/selectit_device",
+        content='{"value": "cpu \\ud800"}',
         headers={"Content-Type": "application/json"},
     )
     assert r.status_code == 400 and r.json()["error"].startswith("The request contains an invalid")
-    assert client.get("/settings/openai_model").json()["value"] == "fake-model"  # as it was
+    assert client.get("/settings/selectit_device").json()["value"] == "auto"  # as it was
 
 
 def test_very_long_single_line_arrives_intact(make_client, backend):

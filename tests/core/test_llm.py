@@ -55,8 +55,10 @@ def test_retries_follow_llm_max_retries(make_client, backend):
     assert r.text == "third\n" and len(backend.chat_requests) == 3
 
 
-def test_model_setting_changes_take_effect_without_restart(client, backend):
-    client.put("/settings/openai_model", content="other-model")
+def test_model_setting_changes_take_effect_without_restart(make_client, backend):
+    client = make_client(token="llm-test-token")
+    mine = {"Authorization": "Bearer llm-test-token"}  # which model answers is the user's alone
+    assert client.put("/settings/openai_model", content="other-model", headers=mine).is_success
     client.post("/v1", content="dali hi")
     assert backend.chat_requests[-1]["model"] == "other-model"
 

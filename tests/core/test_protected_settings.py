@@ -4,17 +4,21 @@ model is told, or how long and for what an approval holds, is the user's alone.
 A setting declares what it shapes (`Setting.shapes`: prompt, approval, safety) and is protected
 because of it. Over every setting lmd and its plugins declare, these tests check that:
 - the protection follows the declaration, for every one;
-- an agent (a request marked X-Lmd-Agent, as `lmd mcp serve` sends, token or not) and a local
-  program without the token change no protected setting, by PUT, DELETE or knob; the user's
-  own client (the token) and the CLI can;
+- an agent (a request marked X-Lmd-Agent, as `lmd mcp serve` sends, token or not) changes no
+  setting at all, and a local program without the token no protected one, by PUT, DELETE or
+  knob; the user's own client (the token) and the CLI can;
 - no unprotected setting changes what dali, marat or cobol send the model: each is set to
   another value and a fresh turn of each mode is compared with the turn under the defaults
   (system message, every message, the tools and the response format). A new setting that
-  shapes a prompt without declaring it fails here.
+  shapes a prompt without declaring it fails here;
+- no unprotected setting changes which model and which server answer: the same turns, then
+  LM_SCORE and SelectIT over HTTP and the judge `lmd elo judge` picks, and the server path and
+  model id of every call the stand-in backend received are compared the same way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from pathlib import Path
@@ -125,8 +129,16 @@ def test_no_agent_or_tokenless_program_changes_a_protected_setting(guarded, make
             assert mine.status_code == 200, (spec.name, mine.text)
             assert guarded.delete(path, headers=AUTH).status_code == 200
         else:
-            assert agent.status_code == 200, (spec.name, agent.text)
-            assert guarded.delete(path, headers=AGENT).status_code == 200
+            # an agent changes no setting at all; a program of the user's without the token
+            # changes the unprotected ones
+            assert agent.status_code == 403, (spec.name, agent.text)
+            assert agent.json()["error"].startswith(
+                f"The setting {spec.name} is protected from agents: a client relaying a "
+                "model's words changes no setting;"
+            )
+            assert guarded.delete(path, headers=AGENT).status_code == 403
+            assert peer.status_code == 200, (spec.name, peer.text)
+            assert tokenless.delete(path).status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -141,6 +153,13 @@ def test_no_agent_or_tokenless_program_changes_a_protected_setting(guarded, make
         ('knob set directive aliases to {"marat": ["yes"]}', "directive_aliases"),
         ("knob reset system", "system"),
         ("knob set marat approval to never", "marat_approval"),
+        # who answers (issue 37 leftovers): the model, the scorer, the judge, the rater
+        ("knob set openai model to gpt-4o", "openai_model"),
+        ("knob set lm score model to agents-own-model", "lm_score_model"),
+        ("knob set elo judge model to agents-own-model", "elo_judge_model"),
+        ("knob set selectit backend to transformers", "selectit_backend"),
+        ("knob set selectit api to chat", "selectit_api"),
+        ("knob reset openai model", "openai_model"),
     ],
 )
 def test_an_agent_cannot_change_them_by_knob(guarded, said, name):
@@ -188,8 +207,9 @@ TURNS = [
 ]
 
 
-def prompts(client, backend, repo: Path, tag: str) -> dict[str, str]:
-    """What each mode's first turn in a fresh session sent the model."""
+def prompts(client, backend, repo: Path, tag: str, asked: set | None = None) -> dict[str, str]:
+    """What each mode's first turn in a fresh session sent the model (and, into `asked`,
+    which server path and model id each of its calls went to)."""
     seen = {}
     for mode, said in TURNS:
         backend.clear()
@@ -201,7 +221,66 @@ def prompts(client, backend, repo: Path, tag: str) -> dict[str, str]:
         seen[mode] = json.dumps(
             {k: first.get(k) for k in ("messages", "tools", "response_format")}, sort_keys=True
         )
+        if asked is not None:
+            asked |= calls(backend, mode)
     return seen
+
+
+def calls(backend, feature: str) -> set[tuple[str, str, str]]:
+    """(feature, server path, model id) of every model call the backend received."""
+    return {
+        (feature, r.path, r.body.get("model"))
+        for r in backend.requests
+        if isinstance(r.body, dict) and "model" in r.body
+    }
+
+
+def answer(body: dict):
+    """The stand-in model for the features: a rating for SelectIT, a score for LM_SCORE."""
+    from tests.fake_backend import Reply
+    from tests.plugins.selectit.conftest import TASK, prompt_of, task_handler
+
+    text = prompt_of(body)
+    if TASK.search(text):
+        return task_handler(body)
+    return Reply("Score: 7" if "Is it large?" in text else "A is better.")
+
+
+def answerers(client, backend, repo: Path, tag: str) -> set[tuple[str, str, str]]:
+    """Who answers each feature: the modes' turns, LM_SCORE and SelectIT over HTTP, and the
+    judge `lmd elo judge` picks from the same settings (plugins.elo.backends.resolve)."""
+    from plugins.elo.backends import lmd_backend, resolve
+
+    asked: set = set()
+    prompts(client, backend, repo, tag, asked)
+    backend.clear()
+    backend.handler = answer
+    try:
+        body = {"contents": ["a blue whale"], "question": "Is it large?", "cache": False}
+        client.post("/lm_score", json=body, headers=AUTH)
+        asked |= calls(backend, "lm_score")
+        backend.clear()
+        record = {"instruction": "Do task 3.", "output": "Answer 3 done."}
+        client.post("/selectit", json={"records": [record]}, headers=AUTH)
+        asked |= calls(backend, "selectit")
+        backend.clear()
+        settings = client.app.state.daemon.settings()
+        quiet = [].append
+        with lmd_backend(settings, quiet) as backend_for:
+            judge = resolve(settings["elo_judge_model"], settings, None, backend_for, quiet)
+
+            async def ask() -> None:
+                llm = judge.client()
+                try:
+                    await llm.chat([{"role": "user", "content": "Which is better?"}])
+                finally:
+                    await llm.close()
+
+            asyncio.run(ask())
+        asked |= calls(backend, "elo judge")
+    finally:
+        backend.handler = None
+    return asked
 
 
 def test_no_unprotected_setting_changes_what_the_model_is_told(guarded, backend, tmp_path):
@@ -225,3 +304,45 @@ def test_no_unprotected_setting_changes_what_the_model_is_told(guarded, backend,
     # and the check can see a change: a protected prompt setting does change the prompt
     guarded.put("/settings/system", content="Plan 9", headers=AUTH)
     assert prompts(guarded, backend, repo, "plan9")["marat"] != baseline["marat"]
+
+
+def test_no_unprotected_setting_changes_which_model_answers(guarded, backend, tmp_path):
+    repo = project(tmp_path)
+    baseline = answerers(guarded, backend, repo, "base")
+    assert answerers(guarded, backend, repo, "again") == baseline
+    # every feature was answered, each by the configured server's model
+    assert {feature for feature, _, _ in baseline} == {
+        *(mode for mode, _ in TURNS),
+        "lm_score",
+        "selectit",
+        "elo judge",
+    }
+    assert {model for _, _, model in baseline} == {"fake-model"}
+    choosing = []
+    for spec in specs(guarded).values():
+        if spec.protected:
+            continue
+        path = f"/settings/{spec.name}"
+        r = guarded.put(path, content=as_text(other_value(spec)), headers=AUTH)
+        assert r.status_code == 200, (spec.name, r.text)
+        try:
+            if answerers(guarded, backend, repo, spec.name) != baseline:
+                choosing.append(spec.name)
+        finally:
+            guarded.delete(path, headers=AUTH)
+    assert choosing == [], f"these pick who answers: declare shapes=('model',) on {choosing}"
+    # and the check can see a change: each protected model setting does change who answers
+    for name, value in [
+        ("openai_model", "other-model"),
+        ("lm_score_model", "scorer"),
+        ("elo_judge_model", "judge"),
+        ("selectit_model", "rater"),
+    ]:
+        assert "model" in specs(guarded)[name].shapes, name
+        before = guarded.get(f"/settings/{name}", headers=AUTH).json()["value"]
+        guarded.put(f"/settings/{name}", content=value, headers=AUTH)
+        try:
+            changed = answerers(guarded, backend, repo, name) - baseline
+        finally:
+            guarded.put(f"/settings/{name}", content=before, headers=AUTH)
+        assert {model for _, _, model in changed} == {value}, (name, changed)

@@ -493,9 +493,10 @@ def test_an_ordinary_users_command_is_bounded_as_a_whole_without_a_cgroup(reques
     timed_out, blocked, output = eval(ran.stdout)  # our own repr
     assert not timed_out and blocked == "it hit the memory limit (200 MiB for the whole command)"
     assert "together its processes held more than 200 MiB" in output
-    # four tails would reach 4 x 200 MiB; the watch ends them near 200 MiB (it looks every
-    # 50 ms: what they allocate meanwhile passes)
-    assert 100 * 2**20 < peak["most"] < 400 * 2**20, peak
+    # four tails would reach 4 x 200 MiB (each process's own limit); the watch ends them near
+    # 200 MiB together. It looks every 50 ms, and on a loaded machine later: what they
+    # allocate meanwhile passes, so the bound proved is "well under the four limits' sum"
+    assert 100 * 2**20 < peak["most"] < 640 * 2**20, peak
 
 
 @pytest.mark.bwrap

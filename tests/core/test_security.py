@@ -288,7 +288,8 @@ def test_api_key_never_appears_in_any_response_or_log_line(home, backend, live, 
     assert call("GET", "/history?limit=1000") == 200
     assert call("GET", "/healthz") == 200
     assert call("GET", "/openapi.json") == 200
-    assert call("PUT", "/settings/openai_model", b"fake-model") == 200
+    assert call("PUT", "/settings/max_tokens", b"3500") == 200
+    assert call("PUT", "/settings/openai_model", b"fake-model") == 403  # needs the token
     # The key was really used: the backend got it on every call.
     assert all(auth_header(r) == f"Bearer {SENTINEL}" for r in backend.requests)
     assert any("refuse" in json.dumps(b) for b in backend.chat_requests)

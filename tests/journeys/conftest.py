@@ -131,7 +131,9 @@ class ModelCalls:
             elif key in calls and event["event"] == "end":
                 calls[key].update(ended=True, **{k: event[k] for k in ANSWER_FIELDS})
             elif key in calls and event["event"] == "error":
-                calls[key]["error"] = event["error"]
+                # no answer began: lmd gave the request up (Ctrl-C while the model read the
+                # prompt) or it never reached a server; either way the request is over
+                calls[key].update(ended=True, complete=False, error=event["error"])
         return list(calls.values())
 
     def chats(self) -> list[dict]:

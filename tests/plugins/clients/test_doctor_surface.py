@@ -71,7 +71,10 @@ def test_loose_files_are_warned_about(home):
 
 def test_a_token_on_a_running_lmds_command_line_is_warned_about(home, tmp_path):
     """An older lmd (or a wrapper) started as `lmd serve --token ...`: anyone sees it."""
-    code = f'exec -a lmd {sys.executable} -c "import time; time.sleep(60)" serve --token abc'
+    code = (
+        f'exec -a lmd {sys.executable} -c "import time; time.sleep(60)" '
+        f"serve --home {home} --token abc"
+    )
     fake = subprocess.Popen(["bash", "-c", code])
     try:
         deadline = time.time() + 10
@@ -91,3 +94,24 @@ def test_a_token_on_a_running_lmds_command_line_is_warned_about(home, tmp_path):
         found["token"]["message"],
     )
     assert said and str(fake.pid) in said.group(1).split(", "), found["token"]["message"]
+
+
+def test_a_token_on_another_homes_lmd_is_not_this_homes_warning(home, tmp_path):
+    """A daemon of another home (a test's, another project's) is not what this home's doctor
+    warns about: its token opens another database."""
+    other = tmp_path / "elsewhere"
+    code = (
+        f'exec -a lmd {sys.executable} -c "import time; time.sleep(60)" '
+        f"serve --home {other} --token abc"
+    )
+    fake = subprocess.Popen(["bash", "-c", code])
+    try:
+        deadline = time.time() + 10
+        cmdline = Path(f"/proc/{fake.pid}/cmdline")
+        while not cmdline.read_bytes().startswith(b"lmd\0") and time.time() < deadline:
+            time.sleep(0.01)  # until bash has exec'd the disguised python
+        found = doctor(home, isolated=False)
+    finally:
+        fake.kill()
+        fake.wait()
+    assert str(fake.pid) not in found["token"]["message"], found["token"]

@@ -655,3 +655,26 @@ def test_replies_stream_as_server_sent_events(cobol, repo):
     events = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
     assert json.loads(events[0]) == "Focused on calc.py, lines 4–5 (function add)."
     assert events[-1] == "[DONE]"
+
+
+def test_an_agents_edit_waits_for_its_users_yes(cobol, backend, repo):
+    """A client relaying a model's words (lmd mcp serve) gets no edit applied at once, even
+    where the user's would be (approval never here): it waits for that client's user."""
+    before = snapshot(repo)
+    backend.queue(FIX_ADD)
+    r = cobol.client.post(
+        "/v1",
+        content=b"cobol fix add so that it adds",
+        headers={"Accept": "application/json", "X-Session": "code", "X-Cwd": str(repo),
+                 "X-Lmd-Agent": "1"},
+    )  # fmt: skip
+    out = r.json()
+    assert r.status_code == 200 and out["session"] == "agent:code", out
+    assert out["pending"]["action"] == "apply", out
+    assert out["reply"].endswith("Shall I apply it? Say yes or no.")
+    assert snapshot(repo) == before
+    said = cobol.client.post(
+        "/v1", content=b"yes", headers={"X-Session": "code", "X-Lmd-Agent": "1"}
+    )
+    assert "waits for the user's own yes" in said.text
+    assert snapshot(repo) == before

@@ -131,15 +131,16 @@ class User:
 
 
 def agent_speaks_into_the_users_session(user: User) -> list[str]:
-    """The MCP client's model: finds the user's session in the history, speaks a marat task
-    into it, then tries the user's yes (plain, and as a rule)."""
+    """The MCP client's model: looks for the user's session in the history (it reads only
+    agents' sessions, so it guesses the usual name), speaks a marat task into it, then tries
+    the user's yes (plain, and as a rule)."""
     from mcp import Client
 
     async def session() -> list[str]:
         async with Client(user.mcp_serve()) as client:
             found = await client.call_tool("history_search", {"query": "run the tests"})
             sessions = {f["session"] for f in json.loads(found.content[0].text)}
-            assert sessions == {"default"}  # the agent knows where the user waits
+            assert sessions == set()  # the user's words are not the agent's to read
             replies = []
             for text in (f"marat {AGENT_TASK}", "yes", "yes, always here", "marat yes"):
                 result = await client.call_tool("say", {"text": text, "session": "default"})

@@ -96,14 +96,16 @@ def test_selectit_on_a_file_and_the_elo_leaderboard(home, backend, live, tmp_pat
     from tests.plugins.selectit.conftest import alpaca, task_handler, write_jsonl
 
     backend.handler = task_handler  # P("5") of task n is (n % 5 + 1) / 10: the score 4 + P("5")
-    data = write_jsonl(tmp_path / "records.jsonl", alpaca(2))
+    (home / "files").mkdir()  # the daemon's folder for files a request names
+    data = write_jsonl(home / "files" / "records.jsonl", alpaca(2))
     (tmp_path / "notes.txt").write_text("not records\n")
     d = live()
 
     async def session() -> None:
         async with Client(stdio(home, d.url)) as client:
-            scored = json.loads(text(await client.call_tool("selectit", {"path": str(data)})))
-            assert [r["score"] for r in scored["results"]] == pytest.approx([4.2, 4.3])
+            for named in ("records.jsonl", str(data)):  # its name there, or its path
+                scored = json.loads(text(await client.call_tool("selectit", {"path": named})))
+                assert [r["score"] for r in scored["results"]] == pytest.approx([4.2, 4.3])
             bad = await client.call_tool("selectit", {"path": str(tmp_path / "notes.txt")})
             assert bad.is_error
             assert bad.content[0].text.endswith(

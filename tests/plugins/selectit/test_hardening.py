@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from .conftest import alpaca, dist_reply, prompt_of, run_cli, write_jsonl
@@ -89,9 +91,65 @@ def test_selectit_route_rp_file_cannot_escape_home(make_client, home, backend, t
 
 
 def test_selectit_route_local_model_cannot_escape_home(make_client, tmp_path):
-    client = make_client()
-    r = client.post(
-        "/selectit",
-        json={"record": alpaca(1)[0], "backend": "transformers", "model": str(tmp_path)},
-    )
+    client = make_client(token="hardening-token")
+    body = {"record": alpaca(1)[0], "backend": "transformers", "model": str(tmp_path)}
+    mine = {"Authorization": "Bearer hardening-token"}
+    r = client.post("/selectit", json=body, headers=mine)
     assert r.status_code == 403 and "model directory" in r.json()["error"]
+    # without the token (a program, an agent) it may not pick the model at all
+    for headers in ({}, {**mine, "X-Lmd-Agent": "1"}):
+        r = client.post("/selectit", json=body, headers=headers)
+        assert r.status_code == 403
+        assert r.json()["error"].startswith('The option "backend" picks the model that rates')
+
+
+def test_selectit_route_reads_a_named_file_only_in_the_files_folder(make_client, home, backend):
+    """{"file": NAME} (what `lmd mcp serve`'s selectit tool sends): the daemon reads the file
+    under the rule for every path a request names, so an agent cannot make it read another
+    project's file, a key or its own token and send it to the model."""
+    backend.handler = lambda body: dist_reply({"4": 1.0})
+    client = make_client()
+    outside = home.parent / "other-project"
+    outside.mkdir()
+    secret = outside / "secret.jsonl"
+    secret.write_text(json.dumps({"instruction": "TOP SECRET", "output": "key"}) + "\n")
+    files = home / "files"
+    files.mkdir()
+    write_jsonl(files / "records.jsonl", alpaca(3))
+    (files / "escape.jsonl").symlink_to(secret)
+    (files / "token.json").symlink_to(home / "token")
+    for bad in [str(secret), "../other-project/secret.jsonl", "escape.jsonl", "token.json",
+                "/etc/passwd", "~/.ssh/id_rsa.json", "../lmd.db"]:  # fmt: skip
+        r = client.post("/selectit", json={"file": bad})
+        assert r.status_code == 403, (bad, r.text)
+        assert r.json()["error"].startswith("Over HTTP the file of records must be a file in")
+    assert not backend.requests  # nothing was read, nothing reached the model
+    r = client.post("/selectit", json={"file": "records.jsonl", "details": True})
+    assert r.status_code == 200, r.text
+    assert [x["score"] for x in r.json()["results"]] == [4.0, 4.0, 4.0]
+    assert len(backend.requests) == 3  # one rating prompt each
+    assert not any("TOP SECRET" in prompt_of(q.body) for q in backend.requests)
+    # bad inputs: one sentence each, nothing scored
+    backend.clear()
+    for body, status, sentence in [
+        ({"file": "records.jsonl", "max_records": 2}, 400, "That is 3 records; this request "
+         "scores at most 2 (lmd selectit scores any number)."),
+        ({"file": "records.jsonl", "max_records": 0}, 400, '"max_records" must be a whole'),
+        ({"file": "records.jsonl", "records": alpaca(1)}, 400, 'Send the records or a "file"'),
+        ({"file": 7}, 400, "The file of records must be a file name as text."),
+        ({"file": "missing.jsonl"}, 400, "The dataset "),
+    ]:  # fmt: skip
+        r = client.post("/selectit", json=body)
+        assert (r.status_code, r.json()["error"][: len(sentence)]) == (status, sentence), body
+    client.put("/settings/max_body_bytes", content="64")
+    r = client.post("/selectit", json={"file": "records.jsonl"})
+    size = (files / "records.jsonl").stat().st_size
+    assert r.status_code == 413 and r.json()["error"] == (
+        f"records.jsonl is {size} bytes, more than a request may carry (max_body_bytes, 64); "
+        "score it with lmd selectit."
+    )
+    assert not backend.requests
+    # a record that merely has a "file" field is still a record
+    client.delete("/settings/max_body_bytes")
+    r = client.post("/selectit", json={**alpaca(1)[0], "file": "notes"})
+    assert r.status_code == 200 and r.json()["score"] == 4.0

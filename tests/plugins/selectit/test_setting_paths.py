@@ -73,11 +73,19 @@ def test_protected_over_http_and_knob_without_the_token(make_client, name, value
 
 def test_selectit_never_loads_a_model_from_outside_home_over_http(make_client, tmp_path):
     """The reported attack: PUT selectit_model to a directory, then POST /selectit."""
-    client = make_client()
+    client = make_client(token=TOKEN)
+    mine = {"Authorization": f"Bearer {TOKEN}"}
     assert client.put("/settings/selectit_model", content=str(tmp_path)).status_code == 403
-    assert client.put("/settings/selectit_backend", content="transformers").status_code == 200
+    # which model rates is the user's alone (issue 37): the setting and the request's option
+    assert client.put("/settings/selectit_backend", content="transformers").status_code == 403
+    r = client.put("/settings/selectit_backend", content="transformers", headers=mine)
+    assert r.status_code == 200, r.text
     record = {"instruction": "Add 2 and 2.", "output": "4"}
     r = client.post("/selectit", json={"record": record, "model": str(tmp_path)})
+    assert r.status_code == 403
+    assert r.json()["error"].startswith('The option "model" picks the model that rates')
+    # with the token, a path still lies in the daemon's files folder or nowhere
+    r = client.post("/selectit", json={"record": record, "model": str(tmp_path)}, headers=mine)
     assert r.status_code == 403
     assert r.json()["error"].startswith("Over HTTP the model directory must be a file in ")
     assert "selectit_rater" not in repr(client.app.daemon.state)  # nothing was loaded

@@ -40,8 +40,8 @@ def test_spoken_values_of_each_type(client):
     assert setting(client, "max_thought_loops")["value"] == 12
     say(client, "knob set recent history limit = 1,500")
     assert setting(client, "recent_history_limit")["value"] == 1500
-    say(client, "knob set openai model to Debian 12 bookworm")
-    assert setting(client, "openai_model")["value"] == "Debian 12 bookworm"
+    say(client, "knob set selectit device to cuda 12 spare")  # text stays text
+    assert setting(client, "selectit_device")["value"] == "cuda 12 spare"
 
 
 def test_the_approval_setting_needs_the_token(make_client):
