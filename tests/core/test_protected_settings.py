@@ -283,12 +283,10 @@ def answerers(client, backend, repo: Path, tag: str) -> set[tuple[str, str, str]
     return asked
 
 
-def test_no_unprotected_setting_changes_what_the_model_is_told(guarded, backend, tmp_path):
-    repo = project(tmp_path)
-    baseline = prompts(guarded, backend, repo, "base")
-    assert prompts(guarded, backend, repo, "again") == baseline  # the same turn, the same prompt
-    assert "Always answer in haiku." in baseline["marat"]  # the world is read at all
-    shaping = []
+def unprotected_that_change(guarded, observe, baseline) -> list[str]:
+    """The unprotected settings whose other value makes `observe(label)` differ from
+    `baseline`: each set over HTTP in turn, observed, and put back."""
+    changed = []
     for spec in specs(guarded).values():
         if spec.protected:
             continue
@@ -296,10 +294,21 @@ def test_no_unprotected_setting_changes_what_the_model_is_told(guarded, backend,
         r = guarded.put(path, content=as_text(other_value(spec)), headers=AUTH)
         assert r.status_code == 200, (spec.name, r.text)
         try:
-            if prompts(guarded, backend, repo, spec.name) != baseline:
-                shaping.append(spec.name)
+            if observe(spec.name) != baseline:
+                changed.append(spec.name)
         finally:
             guarded.delete(path, headers=AUTH)
+    return changed
+
+
+def test_no_unprotected_setting_changes_what_the_model_is_told(guarded, backend, tmp_path):
+    repo = project(tmp_path)
+    baseline = prompts(guarded, backend, repo, "base")
+    assert prompts(guarded, backend, repo, "again") == baseline  # the same turn, the same prompt
+    assert "Always answer in haiku." in baseline["marat"]  # the world is read at all
+    shaping = unprotected_that_change(
+        guarded, lambda name: prompts(guarded, backend, repo, name), baseline
+    )
     assert shaping == [], f"these shape a prompt: declare shapes=('prompt',) on {shaping}"
     # and the check can see a change: a protected prompt setting does change the prompt
     guarded.put("/settings/system", content="Plan 9", headers=AUTH)
@@ -318,18 +327,9 @@ def test_no_unprotected_setting_changes_which_model_answers(guarded, backend, tm
         "elo judge",
     }
     assert {model for _, _, model in baseline} == {"fake-model"}
-    choosing = []
-    for spec in specs(guarded).values():
-        if spec.protected:
-            continue
-        path = f"/settings/{spec.name}"
-        r = guarded.put(path, content=as_text(other_value(spec)), headers=AUTH)
-        assert r.status_code == 200, (spec.name, r.text)
-        try:
-            if answerers(guarded, backend, repo, spec.name) != baseline:
-                choosing.append(spec.name)
-        finally:
-            guarded.delete(path, headers=AUTH)
+    choosing = unprotected_that_change(
+        guarded, lambda name: answerers(guarded, backend, repo, name), baseline
+    )
     assert choosing == [], f"these pick who answers: declare shapes=('model',) on {choosing}"
     # and the check can see a change: each protected model setting does change who answers
     for name, value in [

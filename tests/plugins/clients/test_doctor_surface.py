@@ -3,6 +3,7 @@ every user in `ps`), a token file or database others can read, and a private set
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -10,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.daemons import closed_port
@@ -69,8 +71,10 @@ def test_loose_files_are_warned_about(home):
     )
 
 
-def test_a_token_on_a_running_lmds_command_line_is_warned_about(home, tmp_path):
-    """An older lmd (or a wrapper) started as `lmd serve --token ...`: anyone sees it."""
+@contextlib.contextmanager
+def disguised_lmd(home: Path) -> Iterator[int]:
+    """A process that looks like `lmd serve --home HOME --token abc` in `ps` (an older lmd,
+    or a wrapper), running while the block runs; its pid."""
     code = (
         f'exec -a lmd {sys.executable} -c "import time; time.sleep(60)" '
         f"serve --home {home} --token abc"
@@ -81,10 +85,16 @@ def test_a_token_on_a_running_lmds_command_line_is_warned_about(home, tmp_path):
         cmdline = Path(f"/proc/{fake.pid}/cmdline")
         while not cmdline.read_bytes().startswith(b"lmd\0") and time.time() < deadline:
             time.sleep(0.01)  # until bash has exec'd the disguised python
-        found = doctor(home, isolated=False)  # it must see the fake
+        yield fake.pid
     finally:
         fake.kill()
         fake.wait()
+
+
+def test_a_token_on_a_running_lmds_command_line_is_warned_about(home, tmp_path):
+    """An older lmd (or a wrapper) started as `lmd serve --token ...`: anyone sees it."""
+    with disguised_lmd(home) as pid:
+        found = doctor(home, isolated=False)  # it must see the fake
     assert found["token"]["status"] == "warn"
     # another test's lmd may be named beside it: the sentence, and the fake among the pids
     said = re.fullmatch(
@@ -93,25 +103,12 @@ def test_a_token_on_a_running_lmds_command_line_is_warned_about(home, tmp_path):
         r"new token\.",
         found["token"]["message"],
     )
-    assert said and str(fake.pid) in said.group(1).split(", "), found["token"]["message"]
+    assert said and str(pid) in said.group(1).split(", "), found["token"]["message"]
 
 
 def test_a_token_on_another_homes_lmd_is_not_this_homes_warning(home, tmp_path):
     """A daemon of another home (a test's, another project's) is not what this home's doctor
     warns about: its token opens another database."""
-    other = tmp_path / "elsewhere"
-    code = (
-        f'exec -a lmd {sys.executable} -c "import time; time.sleep(60)" '
-        f"serve --home {other} --token abc"
-    )
-    fake = subprocess.Popen(["bash", "-c", code])
-    try:
-        deadline = time.time() + 10
-        cmdline = Path(f"/proc/{fake.pid}/cmdline")
-        while not cmdline.read_bytes().startswith(b"lmd\0") and time.time() < deadline:
-            time.sleep(0.01)  # until bash has exec'd the disguised python
+    with disguised_lmd(tmp_path / "elsewhere") as pid:
         found = doctor(home, isolated=False)
-    finally:
-        fake.kill()
-        fake.wait()
-    assert str(fake.pid) not in found["token"]["message"], found["token"]
+    assert found["token"]["status"] == "ok" and str(pid) not in found["token"]["message"]

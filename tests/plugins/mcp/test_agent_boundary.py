@@ -20,13 +20,10 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import tempfile
 from importlib.util import find_spec
-from pathlib import Path
 
 import pytest
 
-from tests.daemons import second_user
 from tests.fake_backend import Reply
 from tests.plugins.selectit.conftest import TASK, alpaca, prompt_of, task_handler, write_jsonl
 
@@ -172,15 +169,6 @@ def test_an_agent_picks_no_model_and_reads_no_file_outside(tmp_path, backend):
 
 
 def test_as_an_ordinary_user(backend):
-    from test_one_question import User
+    from test_one_question import attack_as_ordinary_user
 
-    unix, missing = second_user()
-    if unix is None:
-        pytest.skip(missing)
-    root = Path(tempfile.mkdtemp(prefix="lmd-agent-boundary-"))  # pytest's tmp is root's, 0700
-    user = User(root, backend, unix)
-    try:
-        attack(user, backend)
-    finally:
-        user.daemon.stop()
-        subprocess.run(["rm", "-rf", str(root)], check=False)
+    attack_as_ordinary_user(backend, attack, "lmd-agent-boundary-")

@@ -224,15 +224,21 @@ def another_unix_user_gets_nowhere(user: User, backend) -> None:
     user.say("no")
 
 
-def test_an_agent_cannot_reach_an_ordinary_users_question(backend):
+def attack_as_ordinary_user(backend, attack, prefix: str) -> None:
+    """Run `attack(user, backend)` on a daemon of the second Unix user, in a folder of its
+    own (pytest's tmp is root's, 0700), removed after."""
     unix = second_user_or_skip()
-    root = Path(tempfile.mkdtemp(prefix="lmd-one-question-"))  # pytest's tmp is root's, 0700
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     user = User(root, backend, unix)
     try:
         attack(user, backend)
     finally:
         user.daemon.stop()
         subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+def test_an_agent_cannot_reach_an_ordinary_users_question(backend):
+    attack_as_ordinary_user(backend, attack, "lmd-one-question-")
 
 
 def test_a_plain_client_and_lmd_say_each_answer_what_they_heard(tmp_path, backend):
