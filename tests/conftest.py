@@ -29,6 +29,7 @@ if "LMD_TEST_STATE" not in os.environ:
 
 from tests.daemons import IN_PROCESS, LiveDaemon, bwrap_reason, configure, probed_on
 from tests.fake_backend import FakeBackend
+from tests.scheduling import costly_first
 from tests.warm_lmd import interpreter_env, put_back_interpreter_env
 
 # Property tests must hold on a busy machine too: no per-example deadline and no "too slow"
@@ -42,12 +43,11 @@ hypothesis_settings.load_profile("lmd")
 _INTERPRETER_ENV = interpreter_env(os.environ)  # what this worker's warm processes start with
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules with `slow` tests run first in a run without workers (make test's workers get
-    files as tests/scheduling.py says). Tests marked `bwrap` run the real sandbox: skip them,
-    saying why, where none can be had."""
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)  # stable: the order within stays
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The costliest units first (tests/scheduling.py: make test's workers get them in this
+    order; a run without workers runs them in it). Tests marked `bwrap` run the real sandbox:
+    skip them, saying why, where none can be had."""
+    costly_first(items, config.rootpath)  # stable: the order within a unit stays
     marked = [item for item in items if item.get_closest_marker("bwrap")]
     reason = bwrap_reason() if marked else None
     for item in marked if reason else ():

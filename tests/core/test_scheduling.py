@@ -11,6 +11,7 @@ from tests.scheduling import (
     JOURNEYS,
     LOCAL_MODEL_FILES,
     REAL_MODEL_TIER,
+    costly_first,
     group_of,
     uses_local_model,
     uses_real_model,
@@ -181,3 +182,26 @@ def test_the_journeys_tier_is_a_unit_per_user():
     assert user == group("tests/journeys/test_marat.py::test_x[user]") and JOURNEYS in user
     assert root != user
     assert group("tests/core/test_app.py::test_z") == "tests/core/test_app.py"
+
+
+class _Item:
+    """What costly_first reads of a collected test."""
+
+    def __init__(self, nodeid: str, slow: bool = False) -> None:
+        self.nodeid, self.path, self.slow = nodeid, ROOT / nodeid.split("::")[0], slow
+
+    def get_closest_marker(self, name: str) -> object:
+        return name == "slow" and self.slow or None
+
+
+def test_the_costliest_units_are_handed_out_first():
+    """The units larger than a file first, then the files marked slow, then the rest, each by
+    number of tests; a unit's own tests keep their order (a module's fixtures, once)."""
+    plain = [_Item(f"tests/core/test_app.py::test_{i}") for i in range(5)]
+    small = [_Item("tests/core/test_cli.py::test_a")]
+    slow = [_Item("tests/core/test_sandbox_writes_live.py::test_a", slow=True)]
+    tier = [_Item(f"tests/core/test_real_backend.py::test_{i}") for i in range(2)]
+    journeys = [_Item(f"tests/journeys/test_marat.py::test_x[{w}]") for w in ("root", "user")]
+    items = [*small, *plain, *slow, *tier, *journeys]
+    costly_first(items, ROOT)
+    assert items == [*tier, *journeys, *slow, *plain, *small]
