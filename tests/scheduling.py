@@ -45,11 +45,16 @@ JOURNEYS = "the journeys tier"
 LOCAL_MODEL_MODULES = {"torch", "transformers"}
 
 
-def _tree(path: Path) -> ast.AST | None:
+def _tree(path: Path, *names: str) -> ast.AST | None:
+    """The module's syntax tree, or None where it cannot hold any of `names` (a file that
+    never spells one is not parsed: every worker sorts the whole collection by unit)."""
     if path.suffix != ".py":
         return None
     try:
-        return ast.parse(path.read_bytes())
+        source = path.read_bytes()
+        if not any(name.encode() in source for name in names):
+            return None
+        return ast.parse(source)
     except (OSError, SyntaxError):
         return None  # pytest reports it when it collects the file
 
@@ -57,7 +62,7 @@ def _tree(path: Path) -> ast.AST | None:
 @cache
 def uses_real_model(path: Path) -> bool:
     """Whether a test file has a test (or fixture) that takes the real-model fixtures."""
-    tree = _tree(path)
+    tree = _tree(path, *MODEL_FIXTURES)
     return tree is not None and any(
         arg.arg in MODEL_FIXTURES
         for node in ast.walk(tree)
@@ -69,7 +74,7 @@ def uses_real_model(path: Path) -> bool:
 @cache
 def uses_local_model(path: Path) -> bool:
     """Whether a test file imports torch or transformers: `pytest.importorskip("torch")`."""
-    tree = _tree(path)
+    tree = _tree(path, "importorskip")
     return tree is not None and any(
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
