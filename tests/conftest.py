@@ -134,8 +134,8 @@ def shared_with_workers(tmp_path_factory) -> Path | None:
 
 @pytest.fixture(scope="session")
 def real_model(tmp_path_factory):
-    """The real-model tier's server (tests/real_model.py), one per test worker (make test runs
-    the whole tier on one: tests/scheduling.py)."""
+    """The real-model tier's server (tests/real_model.py), one per test worker that runs a
+    file of the tier (its probe made once for the run: tests/scheduling.py)."""
     from tests.real_model import probe_once, start_real_model
 
     server = start_real_model()

@@ -1,6 +1,6 @@
 """How `make test` hands test files to its xdist workers: pytest-xdist's `--dist loadgroup`
-scheduler (a group's tests on one worker, the groups with the most tests first), each test in
-the group of its file (as `--dist loadfile` would), with two groups larger than a file.
+scheduler (a group's tests on one worker), each test in the group of its file (as `--dist
+loadfile` would), with a few groups larger than a file.
 
 The groups are given to the scheduler through its public interface: the collection a worker
 reports is handed on with each test id ending in `@group`, as pytest-xdist's own
@@ -9,9 +9,11 @@ a node's id apart from the attribute xdist sets). The scheduler sends tests by i
 workers run the tests they collected, under their own ids.
 
 The real-model tier's files (those with a test or fixture that takes the `real_model`,
-`small_model` or `python_server` fixture) go to one worker as one unit: every worker that ran
-one of them started the model servers (seconds of CPU each, on a CPU-bound run), and one
-worker reading the tier's prompts in a row reuses their common prefixes.
+`small_model` or `python_server` fixture) are a group each, among the costly ones: a worker
+that runs one starts the servers it takes, once (llama-server over the bundled model: 0.3
+CPU-seconds; llama-cpp-python's server: 0.6), and the run probes each kind of server once
+(tests/real_model.py, in the directory the workers share). As one unit, the tier was the
+longest chain of the run (201 s of 350 on a quiet machine).
 
 The journeys tier (tests/journeys/: its daemons on the embedded model, one per Unix user,
 started once and shared by the tier's files) is two more units: its runs as root, and its
@@ -38,7 +40,6 @@ from pathlib import Path
 
 from xdist.scheduler import LoadGroupScheduling
 
-REAL_MODEL_TIER = "the real-model tier"
 MODEL_FIXTURES = {"real_model", "small_model", "python_server"}
 LOCAL_MODEL_FILES = "the local-model files"
 JOURNEYS = "the journeys tier"
@@ -92,22 +93,22 @@ def group_of(path: Path, root: Path, nodeid: str = "") -> str:
     rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
     if rel.startswith("tests/journeys/"):
         return f"{JOURNEYS} as {'the user' if nodeid.endswith('[user]') else 'root'}"
-    if uses_real_model(path):
-        return REAL_MODEL_TIER
     if uses_local_model(path):
         return LOCAL_MODEL_FILES
     return rel
 
 
-LARGER_THAN_A_FILE = (REAL_MODEL_TIER, LOCAL_MODEL_FILES, JOURNEYS)
+LARGER_THAN_A_FILE = (LOCAL_MODEL_FILES, JOURNEYS)
 
 
 def costly_first(items: list, root: Path) -> None:
     """Sort collected `items` (in place, stably) so that each unit's first test comes in the
     order its unit should start: the units larger than a file, then the modules with a test
-    marked `slow`, then the rest, each part by number of tests (most first)."""
+    marked `slow` or on the real model, then the rest, each part by number of tests (most
+    first)."""
     groups = [group_of(item.path, root, item.nodeid) for item in items]
     slow = {item.path for item in items if item.get_closest_marker("slow")}
+    slow |= {path for path in {item.path for item in items} if uses_real_model(path)}
     count: dict[str, int] = {}
     rank: dict[str, int] = {}
     for item, group in zip(items, groups, strict=True):
