@@ -31,6 +31,9 @@ _OWN_BASETEMP: list[str] = []
 def pytest_configure(config: pytest.Config) -> None:
     if config.pluginmanager.hasplugin("xdist"):  # its hook is unknown without it
         config.pluginmanager.register(_Scheduler(), "lmd-scheduling")
+        # the units in the collection's order, costliest first (tests/scheduling.py), not
+        # xdist's by number of tests
+        config.option.loadscopereorder = False
     # As root, sandboxed commands run as nobody, so tests open their folders to others
     # (tests/conftest.py). pytest's shared /tmp/pytest-of-USER is set back to 0700 by every
     # other pytest run of the same user, which then shut nobody out of this run's folders:

@@ -30,6 +30,7 @@ if "LMD_TEST_STATE" not in os.environ:
 from daemon.core.store import Store
 from tests.daemons import IN_PROCESS, LiveDaemon, bwrap_reason, configure, configure_fake, probed_on
 from tests.fake_backend import FakeBackend
+from tests.scheduling import costly_first
 from tests.warm_lmd import interpreter_env, put_back_interpreter_env
 
 # Property tests must hold on a busy machine too: no per-example deadline and no "too slow"
@@ -43,12 +44,11 @@ hypothesis_settings.load_profile("lmd")
 _INTERPRETER_ENV = interpreter_env(os.environ)  # what this worker's warm processes start with
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules with `slow` tests run first in a run without workers (make test's workers get
-    files as tests/scheduling.py says). Tests marked `bwrap` run the real sandbox: skip them,
-    saying why, where none can be had."""
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)  # stable: the order within stays
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The costliest units first (tests/scheduling.py: make test's workers get them in this
+    order; a run without workers runs them in it). Tests marked `bwrap` run the real sandbox:
+    skip them, saying why, where none can be had."""
+    costly_first(items, config.rootpath)  # stable: the order within a unit stays
     marked = [item for item in items if item.get_closest_marker("bwrap")]
     reason = bwrap_reason() if marked else None
     for item in marked if reason else ():
@@ -135,8 +135,8 @@ def shared_with_workers(tmp_path_factory) -> Path | None:
 
 @pytest.fixture(scope="session")
 def real_model(tmp_path_factory):
-    """The real-model tier's server (tests/real_model.py), one per test worker (make test runs
-    the whole tier on one: tests/scheduling.py)."""
+    """The real-model tier's server (tests/real_model.py), one per test worker that runs a
+    file of the tier (its probe made once for the run: tests/scheduling.py)."""
     from tests.real_model import probe_once, start_real_model
 
     server = start_real_model()

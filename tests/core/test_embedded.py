@@ -29,14 +29,16 @@ from tests.daemons import (
 )
 
 pytestmark = pytest.mark.slow
+SHORT = 32  # tokens of a reply (reply_max_tokens)
 
 
 def embedded_home(tmp_path: Path, **settings: object) -> Path:
     """A home with no backend configured: the embedded model answers (a small context keeps
     the server quick to start; a busy machine gets time: the first turn waits for the start
-    and the probe)."""
+    and the probe). Replies are short: left to the server, the tiny model's reply to "dali
+    hi" can run to the end of the 2,048-token context (38 CPU-seconds were seen)."""
     home = tmp_path / "lmd-home"
-    settings = {"llm_timeout_secs": 300, **settings}
+    settings = {"llm_timeout_secs": 300, "reply_max_tokens": SHORT, **settings}
     configure(home, embedded_context=2048, embedded_threads=1, **settings)
     return home
 
@@ -62,6 +64,13 @@ def server_folder(pid: int) -> Path:
 def cpu_ticks(pid: int) -> int:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def set_setting(url: str, name: str, value: object) -> None:
+    """`name` set to `value` over the daemon's HTTP API, as a client changes it mid-session."""
+    req = urllib.request.Request(f"{url}/settings/{name}", str(value).encode(), method="PUT")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.status == 200
 
 
 def get_json(url: str) -> dict:
@@ -116,6 +125,7 @@ def test_a_crash_mid_answer_is_said_and_the_server_comes_back(tmp_path):
     d = LiveDaemon(home, {"LMD_TOKENIZER": "estimate"})
     try:
         server = answering_server(d, "warm")
+        set_setting(d.url, "reply_max_tokens", 0)  # a story long enough to be cut mid-answer
         before = cpu_ticks(server)
         answer: list = []
 
@@ -136,6 +146,7 @@ def test_a_crash_mid_answer_is_said_and_the_server_comes_back(tmp_path):
         assert "The embedded model server stopped unexpectedly" in reply
         assert "while answering" in reply and "try again" in reply
         assert wait_for(lambda: "(killed by signal 9)" in d.output(), 10)
+        set_setting(d.url, "reply_max_tokens", SHORT)
         # the next turn is answered by the restarted server
         status, reply, _ = say(d.url, "s3", "dali hi", timeout=120)
         assert status == 200, reply

@@ -1,5 +1,6 @@
 """make test's scheduling (tests/scheduling.py): which files are the real-model tier, and which
-the local-model files; and what keeps daemons forked warm (tests/warm_lmd.py)."""
+the local-model files, in what order the units go; and what keeps daemons forked warm
+(tests/warm_lmd.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from tests.daemons import ROOT
 from tests.scheduling import (
     JOURNEYS,
     LOCAL_MODEL_FILES,
-    REAL_MODEL_TIER,
+    costly_first,
     group_of,
     uses_local_model,
     uses_real_model,
@@ -77,7 +78,8 @@ def test_the_local_model_files_are_those_that_import_torch():
 def test_each_test_is_in_its_files_group_but_the_two_units():
     tests = ROOT / "tests"
     assert group_of(tests / "core" / "test_app.py", ROOT) == "tests/core/test_app.py"
-    assert group_of(tests / "core" / "test_real_backend.py", ROOT) == REAL_MODEL_TIER
+    real = tests / "core" / "test_real_backend.py"  # the real-model tier: a group a file
+    assert group_of(real, ROOT) == "tests/core/test_real_backend.py"
     assert group_of(tests / "plugins" / "selectit" / "test_ray.py", ROOT) == LOCAL_MODEL_FILES
 
 
@@ -90,10 +92,6 @@ from tests.scheduling import Scheduling
 def pytest_xdist_make_scheduler(config, log):
     return Scheduling(config, log)
 
-@pytest.fixture
-def real_model():
-    return None
-
 @pytest.fixture(autouse=True)
 def _note(request):
     with open("ran.jsonl", "a") as f:
@@ -102,15 +100,16 @@ def _note(request):
 
 
 def test_two_workers_run_each_group_on_one(tmp_path: Path):
-    """A small project scheduled as make test schedules lmd's: the two files that take the
-    real model run on one worker, each other file's tests together."""
+    """A small project scheduled as make test schedules lmd's: the two files that import torch
+    run on one worker, each other file's tests together."""
     import json
     import subprocess
     import sys
 
     (tmp_path / "conftest.py").write_text(CONFTEST.format(root=str(ROOT)))
-    tier = (
-        "import pytest\n@pytest.mark.parametrize('i', range(4))\ndef test_x(real_model, i): ...\n"
+    tier = (  # never called: the file is known by the call it holds
+        "import pytest\ndef torch(): pytest.importorskip('torch')\n"
+        "@pytest.mark.parametrize('i', range(4))\ndef test_x(i): ...\n"
     )
     plain = "import pytest\n@pytest.mark.parametrize('i', range(6))\ndef test_y(i): ...\n"
     for name, text in [("a", tier), ("b", tier), ("c", plain), ("d", plain)]:
@@ -181,3 +180,27 @@ def test_the_journeys_tier_is_a_unit_per_user():
     assert user == group("tests/journeys/test_marat.py::test_x[user]") and JOURNEYS in user
     assert root != user
     assert group("tests/core/test_app.py::test_z") == "tests/core/test_app.py"
+
+
+class _Item:
+    """What costly_first reads of a collected test."""
+
+    def __init__(self, nodeid: str, slow: bool = False) -> None:
+        self.nodeid, self.path, self.slow = nodeid, ROOT / nodeid.split("::")[0], slow
+
+    def get_closest_marker(self, name: str) -> object:
+        return name == "slow" and self.slow or None
+
+
+def test_the_costliest_units_are_handed_out_first():
+    """The units larger than a file first, then the files marked slow or on the real model,
+    then the rest, each by number of tests; a unit's own tests keep their order (a module's
+    fixtures, once)."""
+    plain = [_Item(f"tests/core/test_app.py::test_{i}") for i in range(5)]
+    small = [_Item("tests/core/test_cli.py::test_a")]
+    slow = [_Item("tests/core/test_sandbox_writes_live.py::test_a", slow=True)]
+    tier = [_Item(f"tests/core/test_real_backend.py::test_{i}") for i in range(2)]
+    journeys = [_Item(f"tests/journeys/test_marat.py::test_x[{w}]") for w in ("root", "user")]
+    items = [*small, *plain, *slow, *tier, *journeys]
+    costly_first(items, ROOT)
+    assert items == [*journeys, *tier, *slow, *plain, *small]

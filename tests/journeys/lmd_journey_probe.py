@@ -18,8 +18,10 @@ clients send goes through one), so it sees any model server on any address:
   protocol lmd asked in: a JSON schema narrowed to `content`, native tools narrowed to the
   one `call`, or (no schema, no tools) a grammar that spells `text`. The embedded model then
   writes exactly that: the model server really answers, with the answer the journey needs,
-  where the tiny model would not write it by itself. Each request's record says which rule
-  matched (`rule`) and whether it could narrow it (`steered`).
+  where the tiny model would not write it by itself. A rule `{"when": TEXT, "max_tokens": N}`
+  leaves lmd's request as it is (its schema, its tools) but for the length of the answer:
+  the server reads the whole request and writes N tokens. Each request's record says which
+  rule matched (`rule`) and whether it could narrow it (`steered`).
 
 No answer is made up here: the model server writes every byte lmd reads.
 """
@@ -83,6 +85,8 @@ def _narrow(body: dict) -> tuple[dict, str | None]:
 
 
 def _narrowed(body: dict, rule: dict) -> dict:
+    if "max_tokens" in rule:
+        return {**body, "max_tokens": rule["max_tokens"]}
     fmt = body.get("response_format") or {}
     if "content" in rule and fmt.get("type") in ("json_schema", "json_object"):
         schema = {"enum": [rule["content"]]}
