@@ -310,7 +310,9 @@ def test_lmd_installed_in_tmp_stays_visible_read_only(tmp_path, monkeypatch):
         tool.write_text("#!/bin/sh\necho tool ran\n")
         tool.chmod(0o755)
         (other / "secret.txt").write_text("nope\n")
-        monkeypatch.setattr(bwrap, "_own_install", lambda: (str(install / "venv"),))
+        # lmd's own installation stays (a fresh clone in /tmp holds the Landlock helper)
+        own = bwrap._own_install()
+        monkeypatch.setattr(bwrap, "_own_install", lambda: (*own, str(install / "venv")))
         cmd = f"{tool}; touch {install}/x 2>&1; cat {other}/secret.txt 2>&1; echo LS; ls /tmp"
         r = run(cmd, tmp_path, policy(tmp_path))
         assert "tool ran" in r.output and "Read-only file system" in r.output

@@ -205,7 +205,9 @@ def test_ctrl_c_mid_answer_then_the_next_turn(person):
     (it closes the answer's stream), keeps what was said marked as cut, and the next turn in
     the same session is answered; Ctrl-C while the model still reads the prompt likewise."""
     s = person.session("ctrl-c")
-    assert person.lmd("settings", "set", "reply_max_tokens", "200").returncode == 0
+    # no bound on the answer's length: on a loaded machine 200 tokens were all said before
+    # the Ctrl-C came, and the test then saw a finished answer, not the stop
+    assert person.lmd("settings", "set", "reply_max_tokens", "0").returncode == 0
     try:
         calls = person.calls()
         say = person.popen_lmd("say", "-s", s, STORY)
