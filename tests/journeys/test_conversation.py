@@ -227,7 +227,10 @@ def test_ctrl_c_mid_answer_then_the_next_turn(person):
         assert wait_for(lambda: again.chats(), 120), say.poll()
         say.send_signal(signal.SIGINT)
         say.communicate(timeout=60)
-        assert wait_for(lambda: again.chats()[0]["ended"], 30), "the answer's stream stays open"
+        # the request cancelled before the server's answer began (a busy machine reads the
+        # prompt for longer), or the answer's stream closed once it had
+        stopped = lambda: again.chats()[0]["ended"] or "error" in again.chats()[0]  # noqa: E731
+        assert wait_for(stopped, 30), "the answer's stream stays open"
         assert not again.chats()[0]["complete"], "lmd read the whole answer after Ctrl-C"
     finally:
         assert person.lmd("settings", "set", "reply_max_tokens", "48").returncode == 0
