@@ -229,8 +229,15 @@ def test_ctrl_c_mid_answer_then_the_next_turn(person):
         assert wait_for(lambda: again.chats(), 120), say.poll()
         say.send_signal(signal.SIGINT)
         say.communicate(timeout=60)
-        assert wait_for(lambda: again.chats()[0]["ended"], 30), "the answer's stream stays open"
-        assert not again.chats()[0]["complete"], "lmd read the whole answer after Ctrl-C"
+
+        # the request cancelled before the server's answer began (a busy machine reads the
+        # prompt for longer: the probe records it as an error), or its stream closed after
+        def stopped() -> bool:
+            call = again.chats()[0]
+            return call["ended"] or "CancelledError" in call.get("error", "")
+
+        assert wait_for(stopped, 30), f"the answer's stream stays open: {again.chats()[0]}"
+        assert not again.chats()[0].get("complete"), "lmd read the whole answer after Ctrl-C"
     finally:
         assert person.lmd("settings", "set", "reply_max_tokens", "48").returncode == 0
 
