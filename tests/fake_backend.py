@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from daemon.backends.capabilities import shared_cache
+
 DEFAULT_CAPABILITIES: dict[str, Any] = {
     "tools": False,
     "tool_choice": False,
@@ -185,6 +187,9 @@ class FakeBackend:
             target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
         )
         self._thread.start()
+        # the port may be one an earlier backend of this process had: what the process's probe
+        # cache learnt of that one is not true of this one
+        shared_cache().forget(self.url)
         return self
 
     def stop(self) -> None:

@@ -444,6 +444,12 @@ class CapabilityCache:
                     pass  # an unreadable row is probed again
         return self._known.get(key)
 
+    def forget(self, url: str) -> None:
+        """Drop what is known of the server at `url` (another server now holds its address)."""
+        for key in [k for k in (*self._known, *self._failed) if k[0] == url]:
+            self._known.pop(key, None)
+            self._failed.pop(key, None)
+
     def keep(self, url: str, model: str, caps: Capabilities) -> None:
         """Take what a probe elsewhere found (the same server, model and engine) as known."""
         self._known[(url, model)] = caps

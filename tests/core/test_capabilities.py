@@ -219,3 +219,22 @@ def test_batch_concurrency_is_the_setting_else_the_server_s_slots(backend, real_
     assert asyncio.run(width(backend.url, "k", "fake-model", override=3)) == 3
     found = asyncio.run(width(real_model.url, real_model.key, real_model.alias))
     assert found == real_model.n_slots == 2
+
+
+def test_a_new_server_at_a_known_address_is_probed_afresh(backend):
+    """Another server now answers at an address the process probed (a port reused, as the
+    stand-in's are): what was learnt of the old one is forgotten."""
+
+    async def go():
+        llm = LLM(backend.url, "sk-x", 30, 0, "fake-model")
+        cache = CapabilityCache()
+        try:
+            cache.keep(backend.url, "fake-model", await cache.get(llm))
+            kept = cache.cached(backend.url, "fake-model")
+            cache.forget(backend.url)
+            return kept, cache.cached(backend.url, "fake-model")
+        finally:
+            await llm.close()
+
+    kept, after = asyncio.run(go())
+    assert kept is not None and kept.source == "probe" and after is None
