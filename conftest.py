@@ -3,6 +3,7 @@
 temporary files in a folder of its own."""
 
 import shutil
+import signal
 import tempfile
 
 import pytest
@@ -38,6 +39,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # (tests/conftest.py). pytest's shared /tmp/pytest-of-USER is set back to 0700 by every
     # other pytest run of the same user, which then shut nobody out of this run's folders:
     # a folder of this run's own instead (workers get theirs inside it from xdist).
+    # A run started in the background by a script (`make test &`) inherits SIGINT ignored, and
+    # so would every `lmd say` the tests stop with Ctrl-C: Python keeps an ignored SIGINT
+    # ignored. A handler here is reset to the default in each program the tests start.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if config.option.basetemp is None and not hasattr(config, "workerinput"):
         config.option.basetemp = tempfile.mkdtemp(prefix="lmd-tests-")
         _OWN_BASETEMP.append(config.option.basetemp)
