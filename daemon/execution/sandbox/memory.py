@@ -63,13 +63,20 @@ def tmpfs_bytes(pid: int) -> int:
     once ended commands at start for the machine's whole /tmp disk."""
     total = 0
     for place in ("tmp", "dev/shm"):
-        inside = f"/proc/{pid}/root/{place}"
+        # one open directory for both questions: bwrap moves its mounts while we ask, and a
+        # path asked twice was once a fresh tmpfs, then the machine's disk (33 GB counted)
         try:
-            if os.stat(inside).st_dev == os.stat(f"/{place}").st_dev:
-                continue
-            st = os.statvfs(inside)
+            fd = os.open(f"/proc/{pid}/root/{place}", os.O_RDONLY | os.O_DIRECTORY)
         except OSError:
             continue
+        try:
+            if os.fstat(fd).st_dev == os.stat(f"/{place}").st_dev:
+                continue
+            st = os.fstatvfs(fd)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
         total += (st.f_blocks - st.f_bfree) * st.f_frsize
     return total
 
