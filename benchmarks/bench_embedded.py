@@ -379,8 +379,11 @@ def main() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     runs = 3 if ARGS.quick else 7
     only = set(ARGS.only.split(",")) if ARGS.only else set("abcdefgh")
-    print(f"engines: llama-server (4 slots) and llama-cpp-python's server, SmolLM2-135M Q4_1, "
-          f"{ARGS.threads} threads each")  # fmt: skip
+    from daemon.backends.embedded import bundled_model_path
+
+    served = bundled_model_path()
+    print(f"engines: llama-server (4 slots) and llama-cpp-python's server, "
+          f"{served.name if served else 'no model'}, {ARGS.threads} threads each")  # fmt: skip
     if "a" in only:
         bench_ready(3 if ARGS.quick else 5)
     if only & set(SECTIONS):

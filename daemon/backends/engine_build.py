@@ -318,11 +318,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="build even if up to date")
     parser.add_argument("--quiet", action="store_true", help="no compiler lines")
     args = parser.parse_args(argv)
+    say = lambda line: print(line, flush=True)  # noqa: E731
     try:
-        build(force=args.force, say=lambda line: print(line, flush=True), verbose=not args.quiet)
+        program = build(force=args.force, say=say, verbose=not args.quiet)
     except BuildError as e:
         print(f"lmd: {e}", file=sys.stderr)
         return 1
+    from daemon.backends import embedded, model_prep
+
+    model = embedded.wheel_model_path()
+    if model is not None:  # a failure is said and costs only speed: no exit code for it
+        model_prep.prepare(model, program.parent, say)
     return 0
 
 
