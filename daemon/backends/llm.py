@@ -87,6 +87,7 @@ class LLM:
 
         # lazy too: they import httpx2
         from daemon.backends.http_pools import SpreadTransport
+        from daemon.backends.lean_http import LeanClient, usable
         from daemon.backends.prepared_body import Endpoint
 
         self.url = url
@@ -105,8 +106,11 @@ class LLM:
         self.http = http  # every call's HTTP client (a command's relay checks its connections)
         # Plain-JSON calls take the lean way of daemon/backends/prepared_body.py; None sends
         # every call through the SDK's `create` (the tests compare both ways).
-        self._chat: Endpoint | None = Endpoint.chat(self.client, http)
-        self._completions: Endpoint | None = Endpoint.completions(self.client, http)
+        # To a local server (plain http, or the embedded engine's socket), first tries take
+        # daemon/backends/lean_http.py.
+        self._lean = LeanClient(url, uds, http.timeout) if usable(url, uds) else None
+        self._chat: Endpoint | None = Endpoint.chat(self.client, http, self._lean)
+        self._completions: Endpoint | None = Endpoint.completions(self.client, http, self._lean)
         # What the backend can do (daemon/backends/capabilities.py): the Daemon gives its
         # database-backed cache and the `backend_capabilities` setting's overrides.
         self.capability_cache: Any = None
@@ -162,6 +166,8 @@ class LLM:
         return caps.with_overrides(self.capability_overrides)
 
     async def close(self) -> None:
+        if self._lean is not None:
+            self._lean.close()
         await self.client.close()
 
     async def chat(self, messages: list[dict], **kwargs: Any) -> str:

@@ -5,8 +5,9 @@ of CPU per message of history) and its request machinery, and builds the answer 
 validation, field by field in Python; with a long history, a thousand LM_SCORE calls or a
 streamed answer of hundreds of chunks, that is most of the daemon's work. So for calls whose
 arguments are plain JSON, lmd encodes the body once and makes the first try itself, over the
-same httpx2 client the SDK uses, with the SDK's headers, and validates the answer into the
-SDK's own models (`ChatCompletion`, `ChatCompletionChunk`, `Completion`).
+same httpx2 client the SDK uses (or, to a local server, daemon/backends/lean_http.py), with the
+SDK's headers, and validates the answer into the SDK's own models (`ChatCompletion`,
+`ChatCompletionChunk`, `Completion`).
 
 Anything but a good answer is the SDK's business, through its documented way of posting a
 prepared body, `client.post(path, content=..., cast_to=..., stream=..., stream_cls=...)`: the
@@ -32,6 +33,8 @@ from openai import AsyncStream
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from daemon.backends.lean_http import LeanClient
+
 # Arguments of `create` that change more than the JSON body: those calls stay with `create`.
 SDK_ONLY = frozenset({"extra_headers", "extra_query", "timeout", "stream"})
 
@@ -48,32 +51,39 @@ class Endpoint:
         given: str,
         result: type,
         chunk: type | None,
+        lean: LeanClient | None = None,
     ) -> None:
-        """`client` is the SDK's AsyncOpenAI, `http` the httpx2.AsyncClient it was given."""
+        """`client` is the SDK's AsyncOpenAI, `http` the httpx2.AsyncClient it was given;
+        `lean`, when given, makes first tries to the same server."""
         self.client = client
         self.http = http
         self.path = path
         self.url = str(client.base_url).rstrip("/") + path
+        self.lean = lean
+        self.target = httpx2.URL(self.url).raw_path.decode("ascii")
+        # stands for every lean request in httpx2's exceptions (built once: a request per
+        # call costs what the lean way saves)
+        self.request = httpx2.Request("POST", self.url)
         self.given = given  # the argument `body` receives positionally: messages or prompt
         self.result = result
         self.chunk = chunk
         # What `create` accepts, read from its signature so a new SDK parameter works at once.
         self.accepted = frozenset(inspect.signature(create).parameters) - SDK_ONLY - {given}
         self._headers: dict[str, str] | None = None
+        self._lean_headers: dict[str, str] | None = None
 
     @classmethod
-    def chat(cls, client: Any, http: Any) -> Endpoint:
-
+    def chat(cls, client: Any, http: Any, lean: LeanClient | None = None) -> Endpoint:
         create = client.chat.completions.create
         chunk = ChatCompletionChunk
-        return cls(client, http, "/chat/completions", create, "messages", ChatCompletion, chunk)
+        path = "/chat/completions"
+        return cls(client, http, path, create, "messages", ChatCompletion, chunk, lean)
 
     @classmethod
-    def completions(cls, client: Any, http: Any) -> Endpoint:
+    def completions(cls, client: Any, http: Any, lean: LeanClient | None = None) -> Endpoint:
         """The legacy endpoint (raw prompts for base models); streams stay with `create`."""
-
         create = client.completions.create
-        return cls(client, http, "/completions", create, "prompt", Completion, None)
+        return cls(client, http, "/completions", create, "prompt", Completion, None, lean)
 
     def body(self, given: Any, kwargs: dict[str, Any], stream: bool = False) -> bytes | None:
         """The JSON body `create` would send, or None when `create` must handle this call."""
@@ -110,8 +120,19 @@ class Endpoint:
             self._headers = found
         return self._headers
 
+    def lean_headers(self) -> dict[str, str]:
+        """What httpx2 would send: its client's headers, then the SDK's."""
+        if self._lean_headers is None:
+            self._lean_headers = {**dict(self.http.headers), **self.headers()}
+        return self._lean_headers
+
     async def first_try(self, content: bytes, stream: bool = False) -> tuple[Any, Any]:
         """(the good response, None), or (None, what the try gave: a response or an error)."""
+        lean = self.lean
+        if lean is not None and lean.has_room() and not any(self.http.event_hooks.values()):
+            # (hooks, such as a command's check of who holds the daemon's port, see every
+            # request: a client with any takes httpx2's way)
+            return await self._lean_try(content, stream)
         request = self.http.build_request("POST", self.url, content=content, headers=self.headers())
         try:
             response = await self.http.send(request, stream=stream)
@@ -120,6 +141,22 @@ class Endpoint:
         if response.is_success and (not stream or _is_event_stream(response)):
             return response, None
         return None, response
+
+    async def _lean_try(self, content: bytes, stream: bool) -> tuple[Any, Any]:
+        assert self.lean is not None
+        try:
+            response = await self.lean.post(self.target, self.lean_headers(), content, self.request)
+            if response.is_success and stream and _is_event_stream(response):
+                return response, None
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+        except Exception as e:  # httpx2's own exceptions: the SDK decides what each one means
+            return None, e
+        if response.is_success and not stream:
+            return response, None
+        return None, response.as_httpx()
 
     async def create(self, content: bytes) -> Any:
         """POST the body; what `create` returns (a ChatCompletion or Completion)."""

@@ -1,9 +1,11 @@
 """daemon/backends/prepared_body.py: prepared bodies send what `create` sends, fail the same way.
 
 Each case runs twice against the real fake backend: once the lean way (the body encoded by
-lmd, the first try made over httpx2, any failure handed to the SDK's `client.post`), once
+lmd, the first try made by lmd, any failure handed to the SDK's `client.post`), once
 through the SDK's `create` (the same LLM with its endpoints switched off); the bodies,
-headers, results and error sentences must agree.
+headers, results and error sentences must agree. The whole module runs twice: the first try
+over h11 (daemon/backends/lean_http.py: plain-http endpoints and Unix sockets), and over
+httpx2 (https endpoints, and clients with event hooks).
 """
 
 from __future__ import annotations
@@ -26,8 +28,28 @@ HISTORY = [
 ]
 
 
+FIRST_TRY = {"by": "h11"}
+
+
+@pytest.fixture(autouse=True, params=["h11", "httpx2"])
+def first_try(request):
+    """Which client makes the lean way's first try in this run of the module."""
+    FIRST_TRY["by"] = request.param
+    yield request.param
+    FIRST_TRY["by"] = "h11"
+
+
+def lmd_llm(url: str, key: str, timeout: float, retries: int) -> LLM:
+    llm = LLM(url, key, timeout, retries, "fake-model")
+    assert llm._chat is not None and llm._completions is not None
+    assert llm._chat.lean is not None  # the fake backend is a plain-http endpoint
+    if FIRST_TRY["by"] == "httpx2":
+        llm._chat.lean = llm._completions.lean = None
+    return llm
+
+
 def make_llm(backend, fast: bool, retries: int = 0, timeout: float = 5.0) -> LLM:
-    llm = LLM(backend.url, "sk-fast", timeout, retries, "fake-model")
+    llm = lmd_llm(backend.url, "sk-fast", timeout, retries)
     if not fast:
         llm._chat = None
     return llm
@@ -181,7 +203,7 @@ def test_an_unreachable_backend_is_the_same_sentence(backend):
     for fast in (True, False):
 
         async def go(fast=fast):
-            llm = LLM(url, "k", 2, 0, "fake-model")
+            llm = lmd_llm(url, "k", 2, 0)
             if not fast:
                 llm._chat = None
             try:

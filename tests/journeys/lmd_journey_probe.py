@@ -2,8 +2,9 @@
 
 Installed as a plugin (an `lmd` entry point) in a site directory that the tier puts on the
 PYTHONPATH of the daemons and `lmd` commands it starts; it does nothing unless
-LMD_JOURNEY_RECORD names a file. It wraps httpx2's transports (every request lmd's model
-clients send goes through one), so it sees any model server on any address:
+LMD_JOURNEY_RECORD names a file. It wraps httpx2's transports and lmd's own HTTP/1.1 client
+for local servers (daemon/backends/lean_http.py): every request lmd's model clients send goes
+through one of them, so it sees any model server on any address:
 
 - **records** each request to a completions route, as JSON lines in $LMD_JOURNEY_RECORD:
   `{"event": "request", "id", "pid", "url", "uds", "body", "probe", "rule", "steered"}`
@@ -34,6 +35,8 @@ import os
 import time
 
 import httpx2
+
+from daemon.backends import lean_http
 
 _IDS = itertools.count(1)
 _ROUTES = ("/chat/completions", "/completions")
@@ -179,31 +182,41 @@ def _answer(data: bytes) -> dict:
     return {"content": "".join(content)[:_KEEP], "finish_reason": finish, "usage": usage}
 
 
+def _recorded(content: bytes, url: str, headers, uds: str | None) -> tuple[int, bytes]:
+    """Record a request (narrowed by the first matching rule): its id and the body to send."""
+    rid = next(_IDS)
+    try:
+        body = json.loads(content)
+    except ValueError:
+        body = None
+    rule, steered = None, False
+    if isinstance(body, dict) and body.get("messages"):
+        narrowed, rule = _narrow(body)
+        if narrowed is not body:
+            content = json.dumps(narrowed).encode()
+            body, steered = narrowed, True
+    probe = "x-lmd-probe" in headers  # lmd's capability probe (its own header)
+    _record(event="request", id=rid, url=url, uds=uds, body=body, probe=probe,
+            rule=rule, steered=steered)  # fmt: skip
+    return rid, content
+
+
 _original = httpx2.AsyncHTTPTransport.handle_async_request
 
 
 async def _handle(self, request):
     if not os.environ.get("LMD_JOURNEY_RECORD") or not request.url.path.endswith(_ROUTES):
         return await _original(self, request)
-    rid = next(_IDS)
     try:
-        body = json.loads(request.content)
-    except (ValueError, httpx2.RequestNotRead):
-        body = None
-    rule, steered = None, False
-    if isinstance(body, dict) and body.get("messages"):
-        narrowed, rule = _narrow(body)
-        if narrowed is not body:
-            headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
-            request = httpx2.Request(
-                request.method, request.url, headers=headers,
-                content=json.dumps(narrowed).encode(), extensions=request.extensions,
-            )  # fmt: skip
-            body, steered = narrowed, True
-    probe = "x-lmd-probe" in request.headers  # lmd's capability probe (its own header)
+        content = request.content
+    except httpx2.RequestNotRead:
+        content = b""
     uds = getattr(getattr(self, "_pool", None), "_uds", None)  # a server on a Unix socket
-    _record(event="request", id=rid, url=str(request.url), uds=uds, body=body, probe=probe,
-            rule=rule, steered=steered)  # fmt: skip
+    rid, sent = _recorded(content, str(request.url), request.headers, uds)
+    if sent is not content:
+        headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
+        request = httpx2.Request(request.method, request.url, headers=headers, content=sent,
+                                 extensions=request.extensions)  # fmt: skip
     try:
         response = await _original(self, request)
     except BaseException as e:
@@ -213,4 +226,37 @@ async def _handle(self, request):
     return response
 
 
+_lean_post = lean_http.LeanClient.post
+
+
+async def _lean(self, target, headers, content, request):
+    if not os.environ.get("LMD_JOURNEY_RECORD") or not target.endswith(_ROUTES):
+        return await _lean_post(self, target, headers, content, request)
+    rid, content = _recorded(content, str(request.url), httpx2.Headers(headers), self.uds)
+    try:
+        response = await _lean_post(self, target, headers, content, request)
+    except BaseException as e:
+        _record(event="error", id=rid, error=f"{type(e).__name__}: {e}")
+        raise
+    teed = _Teed(_LeanBody(response), rid, response.status_code)
+    response.aiter_bytes = teed.__aiter__  # what aread, aiter_text and the SSE reader use
+    response.aclose = teed.aclose
+    return response
+
+
+class _LeanBody:
+    """A lean response's own body and closing, for _Teed."""
+
+    def __init__(self, response) -> None:
+        self.body = type(response).aiter_bytes.__get__(response)
+        self.close = type(response).aclose.__get__(response)
+
+    def __aiter__(self):
+        return self.body()
+
+    async def aclose(self) -> None:
+        await self.close()
+
+
 httpx2.AsyncHTTPTransport.handle_async_request = _handle
+lean_http.LeanClient.post = _lean
