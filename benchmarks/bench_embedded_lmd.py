@@ -58,6 +58,7 @@ def _daemon_engine(daemon_pid: int) -> tuple[str, str]:
 
 
 def bench_dali_through_lmd(tmp: Path, runs: int, threads: int) -> None:
+    from daemon.backends.embedded import BUNDLED_ALIAS
     from daemon.backends.unix_http import UnixHTTPConnection
     from tests.daemons import LiveDaemon, configure, say
 
@@ -75,16 +76,20 @@ def bench_dali_through_lmd(tmp: Path, runs: int, threads: int) -> None:
 
         def body(n: int) -> dict:
             # a prompt of its own each time: a prompt the engine read a moment ago (the other
-            # side's) would be answered from its cache
+            # side's) would be answered from its cache. The engine is sent what lmd sends it
+            # for this turn (dali passes no temperature on; it asks for the usage)
             return {"messages": [{"role": "user", "content": f"Tell me about lighthouses ({n})."}],
-                    "max_tokens": 64, "temperature": 0, "stream": True}  # fmt: skip
+                    "max_tokens": 64, "stream": True}  # fmt: skip
+
+        def engine_body(n: int) -> dict:
+            return {**body(n), "model": BUNDLED_ALIAS, "stream_options": {"include_usage": True}}
 
         for i in range(runs):
             lmd = (lambda: http.client.HTTPConnection(host, int(port), timeout=600),
                    "/v1/chat/completions", lmd_headers,
                    {**body(100 + i), "model": "lmd", "user": f"b{i}"})  # fmt: skip
             own = (lambda: UnixHTTPConnection(sock, timeout=600), "/v1/chat/completions",
-                   engine_headers, body(200 + i))  # fmt: skip
+                   engine_headers, engine_body(200 + i))  # fmt: skip
             for name, asked in (("lmd", lmd), ("engine", own))[:: 1 if i % 2 else -1]:
                 ttft[name].append(_stream_ttft(*asked)[0])  # each goes first in turn
         lmd, engine = statistics.median(ttft["lmd"]), statistics.median(ttft["engine"])
