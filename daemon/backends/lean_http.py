@@ -62,8 +62,9 @@ class _Connection:
         sock = self.writer.get_extra_info("socket")
         if sock is None or self.reader.at_eof():
             return False
-        readable, _, _ = select.select([sock], [], [], 0)
-        return not readable
+        poll = select.poll()  # (select.select cannot take a descriptor above 1023)
+        poll.register(sock.fileno(), select.POLLIN)
+        return not poll.poll(0)
 
     def close(self) -> None:
         try:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import os
+import resource
 import threading
 from pathlib import Path
 
@@ -301,3 +303,30 @@ def test_a_command_s_next_event_loop_opens_a_connection_of_its_own(serve):
 )
 def test_which_endpoints_take_this_way(url, uds, lean):
     assert usable(url, uds) is lean
+
+
+def test_a_connection_above_descriptor_1023_is_reused(serve):
+    """A busy daemon's sockets may be numbered above 1023, where select() cannot look."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if max(soft, hard if hard != resource.RLIM_INFINITY else 4096) < 1200:
+        pytest.skip(f"this process may open only {max(soft, hard)} files")
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1200, hard))
+    s = serve([(200, JSON, [completion("one")], "keep"), (200, JSON, [completion("two")], "keep")])
+    held = []
+    try:
+        while not held or held[-1] < 1030:
+            held.append(os.dup(0))
+
+        async def twice(llm):
+            said = [await llm.chat(HISTORY)]
+            assert llm._lean.idle[0].writer.get_extra_info("socket").fileno() > 1023
+            said.append(await llm.chat(HISTORY))
+            return said
+
+        assert ask(s.url, twice) == ["one", "two"]
+        assert s.connections == 1
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
