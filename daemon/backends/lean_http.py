@@ -28,6 +28,8 @@ import httpx2
 
 from daemon.backends.http_pools import KEEPALIVE_SECS
 
+# what a body read whole and decompressed no longer has: a response rebuilt from it drops them
+WIRE_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 MAX_IDLE = 64  # connections kept for reuse (as the httpx2 pools keep)
 MAX_OPEN = 256  # beyond this many at once, requests wait in httpx2's pools
 READ_SIZE = 65536
@@ -294,8 +296,7 @@ class LeanResponse:
     def as_httpx(self) -> httpx2.Response:
         """This (read) answer as an httpx2.Response, for the SDK to judge."""
         # the body is decompressed and whole: no encoding or length of the wire to apply again
-        drop = ("content-encoding", "content-length", "transfer-encoding")
-        headers = [(k, v) for k, v in self.headers.multi_items() if k.lower() not in drop]
+        headers = [(k, v) for k, v in self.headers.multi_items() if k.lower() not in WIRE_HEADERS]
         return httpx2.Response(
             self.status_code, headers=headers, content=self.content, request=self.request
         )

@@ -33,7 +33,7 @@ from openai import AsyncStream
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from daemon.backends.lean_http import LeanClient
+from daemon.backends.lean_http import WIRE_HEADERS, LeanClient
 
 # Arguments of `create` that change more than the JSON body: those calls stay with `create`.
 SDK_ONLY = frozenset({"extra_headers", "extra_query", "timeout", "stream"})
@@ -274,8 +274,7 @@ class _Handover(httpx2.AsyncBaseTransport):
             raise failed
         await failed.aread()
         # The body is decoded already: send it on without the encoding headers.
-        drop = ("content-encoding", "content-length", "transfer-encoding")
-        headers = [(k, v) for k, v in failed.headers.multi_items() if k.lower() not in drop]
+        headers = [(k, v) for k, v in failed.headers.multi_items() if k.lower() not in WIRE_HEADERS]
         return httpx2.Response(failed.status_code, headers=headers, content=failed.content)
 
     async def aclose(self) -> None:
